@@ -1,0 +1,18 @@
+"""The core: input checks, whitening, and the chunked similarity-separation-projection kernel."""
+
+from attnreg.core.associate import SEPARATIONS, SIMILARITIES, associate, separate, similarity_scores
+from attnreg.core.validation import as_tensor, check_tasks
+from attnreg.core.whitening import RankWarning, Whitening, whitening_matrix
+
+__all__ = [
+    "SEPARATIONS",
+    "SIMILARITIES",
+    "RankWarning",
+    "Whitening",
+    "as_tensor",
+    "associate",
+    "check_tasks",
+    "separate",
+    "similarity_scores",
+    "whitening_matrix",
+]

@@ -1,0 +1,195 @@
+"""One input-validation module, used by every data-taking function of attnreg.
+
+The rules (see ``quality.md``, reliability table):
+
+* NaN or Inf anywhere -> ``ValueError`` naming the argument and the first bad index.
+* Shapes that do not agree -> ``ValueError`` stating both shapes.
+* Empty context (N = 0) or d = 0 -> ``ValueError``.
+* Integer and boolean inputs are promoted to float64 explicitly (exact below 2**53, checked);
+  float16 / bfloat16 / complex inputs are refused: attnreg never computes silently in a
+  precision that cannot hold the identities it checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+_EXACT_INT_LIMIT = 2**53
+_REFUSED = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+ArrayLike = Any  # numpy arrays, torch tensors, nested lists
+
+
+def as_tensor(
+    name: str,
+    value: ArrayLike,
+    *,
+    ndim: Sequence[int] | None = None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+    allow_empty: bool = False,
+) -> torch.Tensor:
+    """Convert ``value`` to a finite floating tensor, or raise a ``ValueError`` naming ``name``.
+
+    Integers/booleans become float64 (refused if any magnitude reaches 2**53, where float64 is
+    no longer exact); float16/bfloat16/complex are refused. ``dtype`` casts afterwards.
+    """
+    if isinstance(value, torch.Tensor):
+        tensor = value
+    else:
+        try:
+            array = np.asarray(value)
+        except Exception as exc:  # pragma: no cover - numpy's own message is kept
+            raise ValueError(f"{name}: cannot be read as an array ({exc})") from exc
+        if array.dtype == object:
+            raise ValueError(f"{name}: must be a numeric array, got dtype=object")
+        if array.dtype.kind == "f" and array.dtype.itemsize == 2:
+            raise ValueError(
+                f"{name}: float16 input is refused (too imprecise for these identities); "
+                "convert to float32 or float64"
+            )
+        if array.dtype.kind in "US":
+            raise ValueError(f"{name}: must be numeric, got strings (dtype={array.dtype})")
+        tensor = torch.from_numpy(np.ascontiguousarray(array))
+    if tensor.dtype in _REFUSED:
+        raise ValueError(
+            f"{name}: {_REFUSED[tensor.dtype]} input is refused (too imprecise for these "
+            "identities); convert to float32 or float64"
+        )
+    if tensor.is_complex():
+        raise ValueError(f"{name}: complex input is not supported (dtype={tensor.dtype})")
+    if not tensor.is_floating_point():
+        if tensor.numel() and int(tensor.abs().max()) >= _EXACT_INT_LIMIT:
+            raise ValueError(
+                f"{name}: integer values of magnitude >= 2**53 cannot be represented exactly "
+                "in float64; rescale them first"
+            )
+        tensor = tensor.to(torch.float64)
+    if dtype is not None:
+        tensor = tensor.to(dtype)
+    if device is not None:
+        tensor = tensor.to(device)
+    if ndim is not None and tensor.ndim not in ndim:
+        allowed = " or ".join(str(n) for n in ndim)
+        raise ValueError(f"{name}: expected a {allowed}-D array, got shape {tuple(tensor.shape)}")
+    if not allow_empty and tensor.numel() == 0:
+        raise ValueError(f"{name}: is empty (shape {tuple(tensor.shape)})")
+    check_finite(name, tensor)
+    return tensor
+
+
+def check_finite(name: str, tensor: torch.Tensor) -> None:
+    """Raise ``ValueError`` naming ``name`` and the first NaN/Inf index, if there is one."""
+    if tensor.is_floating_point():
+        bad = ~torch.isfinite(tensor)
+        if bool(bad.any()):
+            index = tuple(int(i) for i in bad.nonzero()[0].tolist())
+            kind = "NaN" if bool(torch.isnan(tensor[index])) else "Inf"
+            raise ValueError(f"{name}: contains {kind} at index {index}")
+
+
+def check_positive(name: str, value: float) -> float:
+    """Require a finite ``value > 0``."""
+    value = float(value)
+    if not np.isfinite(value) or value <= 0:
+        raise ValueError(f"{name}: must be a finite number > 0, got {value}")
+    return value
+
+
+def check_nonnegative(name: str, value: float) -> float:
+    """Require a finite ``value >= 0``."""
+    value = float(value)
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(f"{name}: must be a finite number >= 0, got {value}")
+    return value
+
+
+def check_positive_int(name: str, value: int) -> int:
+    """Require an integer ``value >= 1``."""
+    if isinstance(value, bool) or int(value) != value or int(value) < 1:
+        raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def check_choice(name: str, value: str, choices: Iterable[str]) -> str:
+    """Require ``value`` to be one of ``choices``; the error lists the valid names."""
+    options = list(choices)
+    if value not in options:
+        raise ValueError(f"{name}: unknown value {value!r}; valid names are {', '.join(options)}")
+    return value
+
+
+def result_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """The widest floating dtype among ``tensors`` (float64 wins over float32)."""
+    dtypes = [t.dtype for t in tensors]
+    return torch.float64 if torch.float64 in dtypes else dtypes[0]
+
+
+def check_tasks(
+    x_ctx: ArrayLike,
+    y_ctx: ArrayLike,
+    x_query: ArrayLike,
+    *,
+    dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[int, ...]]:
+    """Validate the one signature ``predict(x_ctx, y_ctx, x_query)`` and batch it.
+
+    Accepts unbatched ``(N, d), (N,) | (N, dy), (M, d)`` or batched ``(B, N, d), (B, N, dy),
+    (B, M, d)``. Returns float tensors of shape ``(B, N, d), (B, N, dy), (B, M, d)`` in a common
+    dtype, and the output shape the caller should reshape predictions ``(B, M, dy)`` to.
+    """
+    xc = as_tensor("x_ctx", x_ctx, ndim=(2, 3), allow_empty=True)
+    yc = as_tensor("y_ctx", y_ctx, ndim=(1, 2, 3), allow_empty=True)
+    xq = as_tensor("x_query", x_query, ndim=(2, 3), allow_empty=True)
+    if xc.ndim != xq.ndim:
+        raise ValueError(
+            f"x_ctx and x_query must both be batched or both unbatched: "
+            f"x_ctx shape {tuple(xc.shape)}, x_query shape {tuple(xq.shape)}"
+        )
+    batched = xc.ndim == 3
+    vector_y = yc.ndim == xc.ndim - 1
+    if not vector_y and yc.ndim != xc.ndim:
+        raise ValueError(
+            f"y_ctx rank does not fit x_ctx: x_ctx shape {tuple(xc.shape)}, "
+            f"y_ctx shape {tuple(yc.shape)}"
+        )
+    if vector_y:
+        yc = yc.unsqueeze(-1)
+    if not batched:
+        xc, yc, xq = xc.unsqueeze(0), yc.unsqueeze(0), xq.unsqueeze(0)
+    if xc.shape[1] == 0:
+        raise ValueError(f"x_ctx: empty context (N = 0), shape {tuple(xc.shape)}")
+    if xc.shape[2] == 0:
+        raise ValueError(f"x_ctx: zero features (d = 0), shape {tuple(xc.shape)}")
+    if yc.shape[-1] == 0:
+        raise ValueError(f"y_ctx: zero targets (dy = 0), shape {tuple(yc.shape)}")
+    if yc.shape[:2] != xc.shape[:2]:
+        raise ValueError(
+            f"x_ctx and y_ctx disagree on (batch, N): x_ctx shape {tuple(xc.shape)}, "
+            f"y_ctx shape {tuple(yc.shape)}"
+        )
+    if xq.shape[0] != xc.shape[0] or xq.shape[2] != xc.shape[2]:
+        raise ValueError(
+            f"x_query does not fit x_ctx (batch and d must agree): x_ctx shape "
+            f"{tuple(xc.shape)}, x_query shape {tuple(xq.shape)}"
+        )
+    common = dtype or result_dtype(xc, yc, xq)
+    xc, yc, xq = xc.to(common), yc.to(common), xq.to(common)
+    m = xq.shape[1]
+    out_shape: tuple[int, ...] = (m,) if vector_y else (m, yc.shape[-1])
+    if batched:
+        out_shape = (xc.shape[0], *out_shape)
+    return xc, yc, xq, out_shape
+
+
+def per_step(name: str, value: float | Sequence[float], steps: int) -> list[float]:
+    """One value per step: a scalar is repeated ``steps`` times; a sequence has that length."""
+    check_positive_int("steps", steps)
+    values = [float(value)] * steps if isinstance(value, int | float) else list(value)
+    if len(values) != steps:
+        raise ValueError(f"{name}: expected {steps} values (one per step), got {len(values)}")
+    return values

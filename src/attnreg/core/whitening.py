@@ -1,0 +1,142 @@
+"""Whitening: a matrix ``L`` with ``L Lᵀ = (S + λI)⁻¹`` (pseudo-inverse when rank-deficient).
+
+``S = XᵀX`` (``covariance="gram"``) or ``S = XᵀX / N`` (``covariance="mean"``; every score of a
+whitened layer is then multiplied by ``1/N``). Eigen-form (``math.md`` → Whitening):
+``S = V Λ Vᵀ``, ``L = V (Λ + λI)^{-1/2}``; whitened features ``F = X L`` satisfy ``FᵀF = I``
+when ``λ = 0``. Eigenvalues at or below ``rtol · max eigenvalue`` are dropped (pseudo-inverse,
+with a warning naming the rank found) unless a ridge ``λ > 0`` is given.
+
+Three methods give the same layer (any ``L`` with ``L Lᵀ = S⁻¹`` does):
+
+* ``"svd"`` (default): from the SVD ``X = U Σ Vᵀ`` of the data itself, so ``Λ = Σ²/c`` is never
+  formed by squaring — the accurate path for ill-conditioned ``X`` (error ∝ κ(X), not κ(X)²).
+* ``"eigh"``: the symmetric eigendecomposition of ``S``, literally as written in the papers.
+* ``"cholesky"``: ``S + λI = C Cᵀ``, ``L = C⁻ᵀ`` — fastest, requires a positive-definite matrix.
+
+Sources: Goulet Coulombe, "OLS as an Attention Mechanism" (arXiv 2504.09663); Tan & Zhao,
+"Ordinary Least Squares is a Special Case of Transformer" (arXiv 2604.13656).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from attnreg.core.validation import as_tensor, check_choice, check_nonnegative
+
+COVARIANCES = ("gram", "mean")
+METHODS = ("svd", "eigh", "cholesky")
+
+
+class RankWarning(UserWarning):
+    """Raised (as a warning) when a design matrix is rank-deficient and a pseudo-inverse is used."""
+
+
+@dataclass(frozen=True)
+class Whitening:
+    """A whitening of ``X``: ``matrix`` is ``L`` (``(B, d, d)``) with ``L Lᵀ = (S_c + λI)⁺``.
+
+    ``eigenvalues`` are those of ``S_c`` in the basis of ``L``'s columns (``None`` for Cholesky),
+    ``rank`` the numerical rank of each task's ``X``, ``scale`` the divisor ``c`` (1 or N),
+    ``condition`` the condition number of ``S_c`` over its kept eigenvalues.
+    """
+
+    matrix: torch.Tensor
+    eigenvalues: torch.Tensor | None
+    rank: torch.Tensor
+    scale: float
+    ridge: float
+    condition: torch.Tensor
+
+
+def covariance_scale(n: int, covariance: str) -> float:
+    """The divisor ``c`` of ``S = XᵀX / c``: 1 for ``"gram"``, ``N`` for ``"mean"``."""
+    check_choice("covariance", covariance, COVARIANCES)
+    return 1.0 if covariance == "gram" else float(n)
+
+
+def default_rtol(n: int, d: int, dtype: torch.dtype) -> float:
+    """Rank tolerance relative to the largest singular value: ``max(N, d) · eps`` (as numpy)."""
+    return max(n, d) * torch.finfo(dtype).eps
+
+
+def whitening_matrix(
+    x: torch.Tensor,
+    *,
+    ridge: float = 0.0,
+    covariance: str = "gram",
+    method: str = "svd",
+    rtol: float | None = None,
+    warn: bool = True,
+) -> Whitening:
+    """Whitening of ``x`` (``(N, d)`` or ``(B, N, d)``): ``L = V (Λ + λI)^{-1/2}``.
+
+    ``rtol`` is relative to the largest singular value of ``X`` (default ``max(N, d)·eps``);
+    eigenvalues below it count as zero. With ``ridge = 0`` they are dropped (pseudo-inverse)
+    and a :class:`RankWarning` names the rank found.
+    """
+    x = as_tensor("x", x, ndim=(2, 3))
+    check_nonnegative("ridge", ridge)
+    check_choice("method", method, METHODS)
+    if x.ndim == 2:
+        x = x.unsqueeze(0)
+    n, d = x.shape[-2], x.shape[-1]
+    c = covariance_scale(n, covariance)
+    tol = default_rtol(n, d, x.dtype) if rtol is None else check_nonnegative("rtol", rtol)
+    if method == "cholesky":
+        return _cholesky(x, ridge, c)
+    if method == "svd":
+        _, sigma, vh = torch.linalg.svd(x, full_matrices=True)
+        vecs = vh.mT
+        k = sigma.shape[-1]
+        keep = sigma > tol * sigma[..., :1]
+        eig = torch.zeros(x.shape[0], d, dtype=x.dtype, device=x.device)
+        eig[:, :k] = sigma**2 / c
+        kept = torch.zeros_like(eig, dtype=torch.bool)
+        kept[:, :k] = keep
+    else:
+        s = x.mT @ x / c
+        eig_raw, vecs = torch.linalg.eigh(s)
+        eig, vecs = eig_raw.flip(-1), vecs.flip(-1)
+        top = eig[..., :1].clamp_min(0)
+        # eigh resolves eigenvalues of S only to about eps·max, so the tolerance applies to
+        # them directly: singular values below √rtol·σ_max are dropped on this path.
+        kept = eig > tol * top
+        eig = eig.clamp_min(0)
+    rank = kept.sum(-1)
+    if ridge > 0:
+        inv_sqrt = (eig + ridge).rsqrt()
+    else:
+        inv_sqrt = torch.where(kept, eig.clamp_min(torch.finfo(x.dtype).tiny).rsqrt(), 0.0)
+        if warn and bool((rank < d).any()):
+            warnings.warn(
+                f"x: rank-deficient design (rank {int(rank.min())} < d = {d}); using the "
+                "pseudo-inverse (minimum-norm solution). Pass ridge > 0 to regularise instead.",
+                RankWarning,
+                stacklevel=2,
+            )
+    matrix = vecs * inv_sqrt.unsqueeze(-2)
+    big = eig[..., 0]
+    small = torch.where(kept, eig, torch.full_like(eig, float("inf"))).amin(-1)
+    condition = (big + ridge) / (small + ridge) if ridge > 0 else big / small
+    return Whitening(matrix, eig, rank, c, float(ridge), condition)
+
+
+def _cholesky(x: torch.Tensor, ridge: float, c: float) -> Whitening:
+    d = x.shape[-1]
+    s = x.mT @ x / c
+    if ridge > 0:
+        s = s + ridge * torch.eye(d, dtype=x.dtype, device=x.device)
+    chol, info = torch.linalg.cholesky_ex(s)
+    if bool((info > 0).any()):
+        raise ValueError(
+            "x: XᵀX is not positive definite (rank-deficient design); the Cholesky whitening "
+            "needs full rank: use method='svd' (pseudo-inverse) or ridge > 0"
+        )
+    eye = torch.eye(d, dtype=x.dtype, device=x.device).expand_as(s)
+    matrix = torch.linalg.solve_triangular(chol, eye, upper=False).mT
+    diag = chol.diagonal(dim1=-2, dim2=-1) ** 2
+    rank = torch.full((x.shape[0],), d, dtype=torch.long, device=x.device)
+    return Whitening(matrix, None, rank, c, float(ridge), diag.amax(-1) / diag.amin(-1))

@@ -1,0 +1,294 @@
+"""Closed-form and iterative in-context estimators, all with one signature.
+
+Every estimator answers ``predict(x_ctx, y_ctx, x_query)`` batched over tasks:
+``(B, N, d), (B, N, dy), (B, M, d) -> (B, M, dy)`` (unbatched 2-D inputs, and 1-D ``y``, give
+matching unbatched outputs). In the one form of ``math.md`` each is ``sep(X* M Xᵀ) · Y``.
+
+Conventions (``math.md``): the GD loss is ``L(W) = (1/2N) Σ ‖W x_i − y_i‖²`` with ``W`` of shape
+``(dy, d)``; ridge penalises ``λ‖W‖²`` on the sum of squares (scikit-learn's ``Ridge(alpha=λ)``
+without intercept).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from attnreg.core.associate import SIMILARITIES, associate
+from attnreg.core.validation import (
+    ArrayLike,
+    as_tensor,
+    check_choice,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+    check_tasks,
+    per_step,
+)
+from attnreg.core.whitening import RankWarning, covariance_scale, default_rtol
+
+
+@runtime_checkable
+class Predictor(Protocol):
+    """Anything that predicts query targets from a context: the one signature of attnreg."""
+
+    def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
+        """``(B, N, d), (B, N, dy), (B, M, d) -> (B, M, dy)``."""
+        ...
+
+
+def _w0(w0: ArrayLike | None, b: int, dy: int, d: int, like: torch.Tensor) -> torch.Tensor:
+    if w0 is None:
+        return torch.zeros(b, dy, d, dtype=like.dtype, device=like.device)
+    w = as_tensor("w0", w0, ndim=(2, 3)).to(like.dtype)
+    if w.shape[-2:] != (dy, d) or (w.ndim == 3 and w.shape[0] != b):
+        raise ValueError(
+            f"w0: expected shape ({dy}, {d}) or ({b}, {dy}, {d}), got {tuple(w.shape)}"
+        )
+    return w.expand(b, dy, d)
+
+
+@dataclass
+class OLS:
+    """Ordinary least squares: ``ŷ* = X* X⁺ Y`` (minimum-norm when ``N < d`` or rank-deficient).
+
+    In the one form: ``M = (XᵀX)⁺``, identity separation. Solved by SVD (``torch.linalg.lstsq``,
+    driver gelsd) with relative rank tolerance ``rtol`` (default ``max(N, d)·eps``).
+    """
+
+    rtol: float | None = None
+
+    def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
+        """OLS predictions for the queries, fitted on each task's context."""
+        xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
+        n, d = xc.shape[1], xc.shape[2]
+        rcond = default_rtol(n, d, xc.dtype) if self.rtol is None else self.rtol
+        sol = torch.linalg.lstsq(xc, yc, rcond=rcond, driver="gelsd")
+        if bool((sol.rank < d).any()):
+            import warnings
+
+            warnings.warn(
+                f"x_ctx: rank-deficient design (rank {int(sol.rank.min())} < d = {d}); "
+                "returning the minimum-norm solution",
+                RankWarning,
+                stacklevel=2,
+            )
+        return (xq @ sol.solution).reshape(shape)
+
+
+@dataclass
+class Ridge:
+    """Ridge regression: ``ŷ* = X* (XᵀX + λI)⁻¹ XᵀY`` (Gram form ``X* Xᵀ(XXᵀ + λI)⁻¹Y`` if N < d).
+
+    ``covariance="mean"`` uses ``XᵀX/N + λI`` (λ per sample; equals gram ridge with ``Nλ``).
+    Hoerl & Kennard (1970); scikit-learn ``Ridge(alpha=λ, fit_intercept=False)``.
+    """
+
+    lam: float = 1e-3
+    covariance: str = "gram"
+
+    def __post_init__(self) -> None:
+        check_positive("lam", self.lam)
+        check_choice("covariance", self.covariance, ("gram", "mean"))
+
+    def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
+        """Ridge predictions for the queries."""
+        xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
+        n, d = xc.shape[1], xc.shape[2]
+        lam = self.lam * covariance_scale(n, self.covariance)
+        if n < d:
+            gram = xc @ xc.mT + lam * torch.eye(n, dtype=xc.dtype, device=xc.device)
+            alpha = torch.linalg.solve(gram, yc)
+            return (xq @ (xc.mT @ alpha)).reshape(shape)
+        s = xc.mT @ xc + lam * torch.eye(d, dtype=xc.dtype, device=xc.device)
+        return (xq @ torch.linalg.solve(s, xc.mT @ yc)).reshape(shape)
+
+
+def gd_weights(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    eta: float | Sequence[float],
+    steps: int,
+    w0: ArrayLike | None = None,
+    gamma: ArrayLike | None = None,
+) -> torch.Tensor:
+    """K steps of (preconditioned) GD on ``L(W) = (1/2N) Σ ‖W x_i − y_i‖²``.
+
+    ``W_{k+1} = W_k − η_k ∇L(W_k) Γ`` with ``∇L(W) = (W XᵀX − YᵀX)/N`` and ``Γ = I`` unless
+    ``gamma`` is given (Ahn et al. 2023). Returns ``W_K`` of shape ``(B, dy, d)``.
+    """
+    b, n, d = x.shape
+    etas = per_step("eta", eta, steps)
+    for e in etas:
+        check_positive("eta", e)
+    w = _w0(w0, b, y.shape[-1], d, x).clone()
+    s, c = x.mT @ x, y.mT @ x
+    g = None if gamma is None else as_tensor("gamma", gamma, ndim=(2, 3)).to(x.dtype)
+    for e in etas:
+        grad = (w @ s - c) / n
+        w = w - e * (grad if g is None else grad @ g)
+    return w
+
+
+@dataclass
+class GD:
+    """K steps of gradient descent from ``W0`` (von Oswald et al. 2023, "Transformers learn
+    in-context by gradient descent"): ``W_{k+1} = W_k − η (W_k XᵀX − YᵀX)/N``; ``ŷ = W_K x_q``.
+
+    One step from ``W0 = 0`` is the one form with ``M = (η/N) I``. ``eta`` may be a list, one
+    learning rate per step.
+    """
+
+    eta: float | Sequence[float] = 1.0
+    steps: int = 1
+    w0: ArrayLike | None = None
+
+    def __post_init__(self) -> None:
+        check_positive_int("steps", self.steps)
+        for e in per_step("eta", self.eta, self.steps):
+            check_positive("eta", e)
+
+    def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
+        """Predictions ``W_K x_q`` after K GD steps on each task's context."""
+        xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
+        w = gd_weights(xc, yc, self.eta, self.steps, self.w0)
+        return (xq @ w.mT).reshape(shape)
+
+
+@dataclass
+class PreconditionedGD:
+    """Preconditioned GD (Ahn et al. 2023, "Transformers learn to implement preconditioned
+    gradient descent"): ``W_{k+1} = W_k − η ∇L(W_k) Γ``. For ``x ~ N(0, Σ)`` and one step from 0,
+    the optimal ``Γ`` (with η = 1) is ``((1 + 1/N) Σ + (tr Σ / N) I)⁻¹``.
+    """
+
+    gamma: ArrayLike = field(default_factory=lambda: torch.eye(1))
+    eta: float | Sequence[float] = 1.0
+    steps: int = 1
+    w0: ArrayLike | None = None
+
+    def __post_init__(self) -> None:
+        check_positive_int("steps", self.steps)
+
+    def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
+        """Predictions after K preconditioned GD steps."""
+        xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
+        g = as_tensor("gamma", self.gamma, ndim=(2, 3)).to(xc.dtype)
+        if g.shape[-2:] != (xc.shape[-1],) * 2:
+            raise ValueError(
+                f"gamma: expected shape (d, d) = {(xc.shape[-1],) * 2}, got {tuple(g.shape)}"
+            )
+        w = gd_weights(xc, yc, self.eta, self.steps, self.w0, gamma=g)
+        return (xq @ w.mT).reshape(shape)
+
+
+def optimal_preconditioner(sigma: ArrayLike, n: int) -> torch.Tensor:
+    """Ahn et al. (2023), Thm 1: ``Γ* = ((1 + 1/N) Σ + (tr Σ / N) I)⁻¹`` for one layer, η = 1."""
+    s = as_tensor("sigma", sigma, ndim=(2,))
+    eye = torch.eye(s.shape[0], dtype=s.dtype)
+    return torch.linalg.inv((1 + 1 / n) * s + (torch.trace(s) / n) * eye)
+
+
+@dataclass
+class GDPlusPlus:
+    """GD++ (von Oswald et al. 2023, §4): each step also moves every input toward whiteness,
+    ``x_j ← (I − γ XᵀX) x_j`` (context and query, γ without 1/N), while
+    ``y_j ← y_j + (η/N)(W0 XᵀX − YᵀX) x_j``; the query starts at ``y_q = −W0 x_q`` and the
+    prediction is ``−y_q``. With ``γ = 0`` this is plain GD. One ``(η, γ)`` for every step
+    (recurrent) or a list per step (deep).
+    """
+
+    eta: float | Sequence[float] = 1.0
+    gamma: float | Sequence[float] = 0.0
+    steps: int = 1
+    w0: ArrayLike | None = None
+
+    def __post_init__(self) -> None:
+        check_positive_int("steps", self.steps)
+        for g in per_step("gamma", self.gamma, self.steps):
+            check_nonnegative("gamma", g)
+
+    def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
+        """Predictions after K GD++ steps on the tokens."""
+        x, y, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
+        n = x.shape[1]
+        w0 = _w0(self.w0, x.shape[0], y.shape[-1], x.shape[-1], x)
+        yq = -(xq @ w0.mT)
+        for eta, gamma in zip(
+            per_step("eta", self.eta, self.steps),
+            per_step("gamma", self.gamma, self.steps),
+            strict=True,
+        ):
+            s = x.mT @ x
+            lin = (s @ w0.mT - x.mT @ y) * (eta / n)
+            x, y, xq, yq = x - gamma * x @ s, y + x @ lin, xq - gamma * xq @ s, yq + xq @ lin
+        return (-yq).reshape(shape)
+
+
+@dataclass
+class KernelSmoother:
+    """Nadaraya–Watson kernel smoother = softmax attention with values Y:
+    ``ŷ* = softmax(β · sim(x*, X)) Y`` (Nadaraya 1964, Watson 1964; the one form with
+    ``sep`` = softmax).
+    """
+
+    beta: float = 1.0
+    similarity: str = "dot"
+
+    def __post_init__(self) -> None:
+        check_choice("similarity", self.similarity, SIMILARITIES)
+        check_positive("beta", self.beta)
+
+    def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
+        """Softmax-weighted average of the context targets."""
+        xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
+        out = associate(
+            xq, xc, yc, similarity=self.similarity, separation="softmax", beta=self.beta
+        )
+        assert isinstance(out, torch.Tensor)
+        return out.reshape(shape)
+
+
+def causal_ridge(
+    keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor, lam: float
+) -> torch.Tensor:
+    """``o_t = W_t q_t`` with ``W_t = argmin Σ_{i≤t} ‖W k_i − v_i‖² + λ‖W‖²`` for every t, by a
+    direct batched solve per prefix: ``W_t = (Σ_{i≤t} v_i k_iᵀ)(Σ_{i≤t} k_i k_iᵀ + λI)⁻¹``.
+    """
+    check_positive("lam", lam)
+    outer = torch.cumsum(keys.unsqueeze(-1) * keys.unsqueeze(-2), dim=1)
+    eye = torch.eye(keys.shape[-1], dtype=keys.dtype, device=keys.device)
+    cross = torch.cumsum(keys.unsqueeze(-1) * values.unsqueeze(-2), dim=1)  # Σ k vᵀ
+    # W_tᵀ = (S_t + λI)⁻¹ Σ k vᵀ ; o_t = W_t q_t = (W_tᵀ)ᵀ q_t
+    wt = torch.linalg.solve(outer + lam * eye, cross)
+    return (queries.unsqueeze(-2) @ wt).squeeze(-2)
+
+
+@dataclass
+class Mesa:
+    """The mesa layer's estimator (von Oswald et al. 2023, arXiv 2309.05858): causal ridge
+    regression. ``predict`` fits ``W_N`` on the whole context (= ridge with λ);
+    :meth:`causal` returns ``W_t q_t`` at every prefix t.
+    """
+
+    lam: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_positive("lam", self.lam)
+
+    def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
+        """Queries predicted with the ridge solution on the full context."""
+        return Ridge(self.lam).predict(x_ctx, y_ctx, x_query)
+
+    def causal(self, keys: ArrayLike, values: ArrayLike, queries: ArrayLike) -> torch.Tensor:
+        """``(B, T, d), (B, T, dv), (B, T, d) -> (B, T, dv)``: causal ridge at every prefix."""
+        k, v, q, _ = check_tasks(keys, values, queries)
+        if q.shape[1] != k.shape[1]:
+            raise ValueError(
+                f"queries must have one row per key: keys {tuple(k.shape)}, "
+                f"queries {tuple(q.shape)}"
+            )
+        return causal_ridge(k, v, q, self.lam)

@@ -1,0 +1,1 @@
+"""Trainable attention models (linear, softmax, whitened; heads; depth)."""

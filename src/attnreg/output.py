@@ -1,0 +1,55 @@
+"""Writing a study's results: tidy rows as CSV/JSON, figures as PNG + SVG."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item") and callable(value.item):
+        return _clean(value.item())
+    return value
+
+
+def rows_to_json(rows: Iterable[Mapping[str, Any]]) -> str:
+    """A JSON list of objects (NaN/Inf become null, numpy/torch scalars become numbers)."""
+    return json.dumps([{k: _clean(v) for k, v in row.items()} for row in rows], indent=2)
+
+
+def write_csv(rows: list[Mapping[str, Any]], path: str | Path) -> Path:
+    """Write tidy rows to ``path`` (columns: the union of keys, in first-seen order)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _clean(v) for k, v in row.items()})
+    return path
+
+
+def save_figure(fig: Figure, out_dir: str | Path, stem: str) -> list[Path]:
+    """Save ``fig`` as ``out_dir/stem.png`` (150 dpi) and ``out_dir/stem.svg``; close it."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{stem}.png", out / f"{stem}.svg"]
+    fig.savefig(paths[0], dpi=150, bbox_inches="tight")
+    fig.savefig(paths[1], bbox_inches="tight")
+    plt.close(fig)
+    return paths
