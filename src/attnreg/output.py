@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ def rows_to_json(rows: Iterable[Mapping[str, Any]]) -> str:
     return json.dumps([{k: _clean(v) for k, v in row.items()} for row in rows], indent=2)
 
 
-def write_csv(rows: list[Mapping[str, Any]], path: str | Path) -> Path:
+def write_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     """Write tidy rows to ``path`` (columns: the union of keys, in first-seen order)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -113,8 +113,10 @@ class OLSTransformer(_FitsContext):
 
     @property
     def coefficients(self) -> torch.Tensor:
-        """``β̂ = L P`` of shape ``(B, d, dy)``: the regression coefficients held in the weights."""
-        return self.w_q @ self.w_p
+        """``β̂ = W_Q (X W_K)ᵀ (X W_V) W_P / c`` of shape ``(B, d, dy)``: the linear map the layer
+        applies to a query (``= L P`` when ``λ = 0``)."""
+        ctx: torch.Tensor = self.context
+        return self.w_q @ ((ctx @ self.w_k).mT @ (ctx @ self.w_v)) @ self.w_p / self.scale
 
 
 class OLSAttention(_FitsContext):

@@ -2,11 +2,12 @@
 
 from attnreg.core.associate import SEPARATIONS, SIMILARITIES, associate, separate, similarity_scores
 from attnreg.core.validation import as_tensor, check_tasks
-from attnreg.core.whitening import RankWarning, Whitening, whitening_matrix
+from attnreg.core.whitening import ConditioningWarning, RankWarning, Whitening, whitening_matrix
 
 __all__ = [
     "SEPARATIONS",
     "SIMILARITIES",
+    "ConditioningWarning",
     "RankWarning",
     "Whitening",
     "as_tensor",

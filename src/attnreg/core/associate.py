@@ -204,7 +204,7 @@ def _streamed(
                 w = s.pow(power) if separation == "power" else s
                 acc = acc + w @ vc
                 total = total + w.sum(-1, keepdim=True)
-        if separation == "softmax" or normalize:
+        if separation == "softmax" or (normalize and separation != "max"):
             acc = acc / total
         out[:, qs : qs + rows] = acc
     return out

@@ -150,6 +150,7 @@ def check_tasks(
             f"x_ctx and x_query must both be batched or both unbatched: "
             f"x_ctx shape {tuple(xc.shape)}, x_query shape {tuple(xq.shape)}"
         )
+    shapes = {"x_ctx": tuple(xc.shape), "y_ctx": tuple(yc.shape), "x_query": tuple(xq.shape)}
     batched = xc.ndim == 3
     vector_y = yc.ndim == xc.ndim - 1
     if not vector_y and yc.ndim != xc.ndim:
@@ -162,20 +163,20 @@ def check_tasks(
     if not batched:
         xc, yc, xq = xc.unsqueeze(0), yc.unsqueeze(0), xq.unsqueeze(0)
     if xc.shape[1] == 0:
-        raise ValueError(f"x_ctx: empty context (N = 0), shape {tuple(xc.shape)}")
+        raise ValueError(f"x_ctx: empty context (N = 0), shape {shapes['x_ctx']}")
     if xc.shape[2] == 0:
-        raise ValueError(f"x_ctx: zero features (d = 0), shape {tuple(xc.shape)}")
+        raise ValueError(f"x_ctx: zero features (d = 0), shape {shapes['x_ctx']}")
     if yc.shape[-1] == 0:
-        raise ValueError(f"y_ctx: zero targets (dy = 0), shape {tuple(yc.shape)}")
+        raise ValueError(f"y_ctx: zero targets (dy = 0), shape {shapes['y_ctx']}")
     if yc.shape[:2] != xc.shape[:2]:
         raise ValueError(
-            f"x_ctx and y_ctx disagree on (batch, N): x_ctx shape {tuple(xc.shape)}, "
-            f"y_ctx shape {tuple(yc.shape)}"
+            f"x_ctx and y_ctx disagree on (batch, N): x_ctx shape {shapes['x_ctx']}, "
+            f"y_ctx shape {shapes['y_ctx']}"
         )
     if xq.shape[0] != xc.shape[0] or xq.shape[2] != xc.shape[2]:
         raise ValueError(
             f"x_query does not fit x_ctx (batch and d must agree): x_ctx shape "
-            f"{tuple(xc.shape)}, x_query shape {tuple(xq.shape)}"
+            f"{shapes['x_ctx']}, x_query shape {shapes['x_query']}"
         )
     common = dtype or result_dtype(xc, yc, xq)
     xc, yc, xq = xc.to(common), yc.to(common), xq.to(common)

@@ -34,6 +34,10 @@ class RankWarning(UserWarning):
     """Raised (as a warning) when a design matrix is rank-deficient and a pseudo-inverse is used."""
 
 
+class ConditioningWarning(UserWarning):
+    """Raised (as a warning) when ``κ(S) > 1/√u``: more than half the digits may be lost."""
+
+
 @dataclass(frozen=True)
 class Whitening:
     """A whitening of ``X``: ``matrix`` is ``L`` (``(B, d, d)``) with ``L Lᵀ = (S_c + λI)⁺``.
@@ -121,7 +125,24 @@ def whitening_matrix(
     big = eig[..., 0]
     small = torch.where(kept, eig, torch.full_like(eig, float("inf"))).amin(-1)
     condition = (big + ridge) / (small + ridge) if ridge > 0 else big / small
+    if warn:
+        warn_conditioning(condition, x.dtype)
     return Whitening(matrix, eig, rank, c, float(ridge), condition)
+
+
+def warn_conditioning(condition: torch.Tensor, dtype: torch.dtype) -> None:
+    """Warn when ``κ(S + λI) > 1/√u``: the whitened layer computes ``X L`` with ``‖L‖ ∝ √κ``,
+    so its relative accuracy is about ``u · κ`` (the normal equations' bound, Higham 2002 §20.4).
+    """
+    unit = torch.finfo(dtype).eps / 2
+    worst = float(condition.max())
+    if worst * unit**0.5 > 1:
+        warnings.warn(
+            f"x: ill-conditioned design (condition number of S ≈ {worst:.1e}); results are "
+            f"accurate to about u·κ ≈ {unit * worst:.0e} relative. Pass ridge > 0 or use float64.",
+            ConditioningWarning,
+            stacklevel=3,
+        )
 
 
 def _cholesky(x: torch.Tensor, ridge: float, c: float) -> Whitening:

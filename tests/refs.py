@@ -1,0 +1,49 @@
+"""Independent numpy / scikit-learn references written for the tests (no attnreg code)."""
+
+import numpy as np
+
+
+def lstsq_predict(x, y, q):
+    return q @ np.linalg.lstsq(x, y, rcond=None)[0]
+
+
+def ridge_predict(x, y, q, lam):
+    return q @ np.linalg.solve(x.T @ x + lam * np.eye(x.shape[1]), x.T @ y)
+
+
+def gd_predict(x, y, q, etas, w0=None, precond=None):
+    n, d = x.shape
+    w = np.zeros((y.shape[1], d)) if w0 is None else w0.copy()
+    g = np.eye(d) if precond is None else precond
+    for eta in etas:
+        grad = sum(np.outer(w @ x[i] - y[i], x[i]) for i in range(n)) / n
+        w = w - eta * grad @ g
+    return q @ w.T
+
+
+def gdpp_predict(x, y, q, etas, gammas):
+    """Token loop: e_j <- e_j + P W_V sum_i e_i e_i^T W_K^T W_Q e_j with the GD++ weights."""
+    n, d = x.shape
+    dy = y.shape[1]
+    tokens = np.concatenate([np.hstack([x, y]), np.hstack([q, np.zeros((len(q), dy))])])
+    for eta, gamma in zip(etas, gammas, strict=True):
+        kq = np.zeros((d + dy, d + dy))
+        kq[:d, :d] = np.eye(d)
+        pv = np.zeros((d + dy, d + dy))
+        pv[:d, :d] = -gamma * np.eye(d)
+        pv[d:, d:] = -(eta / n) * np.eye(dy)
+        ctx = tokens[:n].copy()
+        new = tokens.copy()
+        for j in range(len(tokens)):
+            acc = sum(ctx[i] * (ctx[i] @ kq @ tokens[j]) for i in range(n))
+            new[j] = tokens[j] + pv @ acc
+        tokens = new
+    return -tokens[n:, d:]
+
+
+def ridge_per_prefix(x, y, lam):
+    out = []
+    for t in range(len(x)):
+        xt, yt = x[: t + 1], y[: t + 1]
+        out.append(x[t] @ np.linalg.solve(xt.T @ xt + lam * np.eye(x.shape[1]), xt.T @ yt))
+    return np.array(out)

@@ -1,0 +1,112 @@
+"""The associate() kernel against loops written here, and chunked against unchunked."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from attnreg import associate
+
+
+def _loop_reference(q, k, v, similarity, separation, beta, power, metric):
+    out = np.zeros((q.shape[0], v.shape[1]))
+    for a, qa in enumerate(q):
+        s = np.zeros(k.shape[0])
+        for i, ki in enumerate(k):
+            if similarity == "dot":
+                s[i] = qa @ ki
+            elif similarity == "scaled_dot":
+                s[i] = qa @ ki / np.sqrt(len(qa))
+            elif similarity == "whitened_dot":
+                s[i] = qa @ metric @ ki
+            elif similarity == "euclidean":
+                s[i] = -np.sqrt(np.sum((qa - ki) ** 2))
+            else:
+                s[i] = -np.sum(np.abs(qa - ki))
+        s = beta * s
+        if separation == "identity":
+            w = s
+        elif separation == "softmax":
+            w = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+        elif separation == "power":
+            w = s**power
+        else:
+            w = np.eye(len(s))[np.argmax(s)]
+        out[a] = w @ v
+    return out
+
+
+SIMS = ["dot", "scaled_dot", "whitened_dot", "euclidean", "manhattan"]
+SEPS = ["identity", "softmax", "power", "max"]
+
+
+@pytest.mark.parametrize(("similarity", "separation"), list(itertools.product(SIMS, SEPS)))
+def test_every_similarity_and_separation_matches_a_loop(similarity, separation):
+    rng = np.random.default_rng(0)
+    q, k, v = rng.normal(size=(5, 4)), rng.normal(size=(9, 4)), rng.normal(size=(9, 2))
+    metric = rng.normal(size=(4, 4))
+    metric = metric @ metric.T
+    beta, power = 0.7, 3
+    expected = _loop_reference(q, k, v, similarity, separation, beta, power, metric)
+    got = associate(
+        torch.from_numpy(q),
+        torch.from_numpy(k),
+        torch.from_numpy(v),
+        similarity=similarity,
+        separation=separation,
+        beta=beta,
+        power=power,
+        metric=torch.from_numpy(metric),
+    )
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("separation", SEPS)
+@pytest.mark.parametrize("similarity", ["dot", "euclidean", "manhattan"])
+def test_chunked_equals_unchunked(similarity, separation):
+    rng = np.random.default_rng(1)
+    q = torch.from_numpy(rng.normal(size=(3, 50, 6)))
+    k = torch.from_numpy(rng.normal(size=(3, 333, 6)))
+    v = torch.from_numpy(rng.normal(size=(3, 333, 4)))
+    kwargs = {"similarity": similarity, "separation": separation, "beta": 2.0, "normalize": True}
+    whole, weights = associate(q, k, v, return_weights=True, **kwargs)
+    tiny_budget = associate(q, k, v, memory_budget=3 * 8 * 3 * 7 * 11, **kwargs)
+    np.testing.assert_allclose(tiny_budget.numpy(), whole.numpy(), rtol=1e-10, atol=1e-12)
+    assert weights.shape == (3, 50, 333)
+
+
+def test_linear_path_equals_explicit_qk_then_v():
+    rng = np.random.default_rng(2)
+    q, k, v = (torch.from_numpy(rng.normal(size=s)) for s in [(2, 7, 3), (2, 40, 3), (2, 40, 5)])
+    expected = np.einsum("bmn,bnv->bmv", q.numpy() @ k.numpy().transpose(0, 2, 1), v.numpy())
+    np.testing.assert_allclose(associate(q, k, v).numpy(), expected, rtol=1e-12)
+
+
+def test_whitened_dot_defaults_to_pinv_of_keys():
+    rng = np.random.default_rng(3)
+    k = rng.normal(size=(20, 4))
+    q, v = rng.normal(size=(3, 4)), rng.normal(size=(20, 1))
+    expected = q @ np.linalg.pinv(k.T @ k) @ k.T @ v
+    got = associate(
+        torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), similarity="whitened_dot"
+    )
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-10)
+
+
+def test_softmax_streaming_is_stable_for_large_scores():
+    from scipy.special import softmax
+
+    k = torch.randn(1000, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    q = k[:3] * 200.0  # scores in the thousands: a naive exp overflows
+    out = associate(q, k, k, separation="softmax", memory_budget=4096)
+    expected = softmax(q.numpy() @ k.numpy().T, axis=1) @ k.numpy()
+    assert torch.isfinite(out).all()
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-10)
+
+
+def test_mismatched_shapes_are_named():
+    with pytest.raises(ValueError, match=r"keys .* and values"):
+        associate(torch.zeros(2, 3), torch.zeros(4, 3), torch.zeros(5, 1))
+    with pytest.raises(ValueError, match=r"queries .* and keys"):
+        associate(torch.zeros(2, 3), torch.zeros(4, 2), torch.zeros(4, 1))

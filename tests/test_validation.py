@@ -1,0 +1,100 @@
+"""The reliability table of quality.md, row by row, for the shared validation module."""
+
+import numpy as np
+import pytest
+import torch
+
+from attnreg import GD, OLS, OLSTransformer, Ridge, associate
+from attnreg.core.validation import as_tensor, check_tasks
+
+
+def _tasks(n=6, d=3, m=3):
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(n, d)), rng.normal(size=(n, 1)), rng.normal(size=(m, d))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_nan_inf_names_argument_and_first_index(bad, which):
+    args = list(_tasks())
+    args[which] = args[which].copy()
+    args[which][1, 0] = bad
+    args[which][2, 0] = bad
+    name = ["x_ctx", "y_ctx", "x_query"][which]
+    with pytest.raises(ValueError, match=rf"{name}: contains (NaN|Inf) at index \(1, 0\)"):
+        OLS().predict(*args)
+
+
+def test_shape_mismatch_states_both_shapes():
+    x, y, q = _tasks()
+    with pytest.raises(ValueError, match=r"\(6, 3\).*\(5, 1\)"):
+        OLS().predict(x, y[:5], q)
+    with pytest.raises(ValueError, match=r"\(6, 3\).*\(3, 4\)"):
+        OLS().predict(x, y, np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="2 or 3-D"):
+        OLS().predict(x[None, None], y, q)
+
+
+def test_empty_context_and_zero_features():
+    x, y, q = _tasks()
+    with pytest.raises(ValueError, match="N = 0"):
+        OLS().predict(x[:0], y[:0], q)
+    with pytest.raises(ValueError, match="d = 0"):
+        OLS().predict(x[:, :0], y, q[:, :0])
+
+
+@pytest.mark.parametrize("lam", [-1.0, 0.0, float("nan")])
+def test_ridge_lambda_must_be_positive(lam):
+    with pytest.raises(ValueError, match="lam"):
+        Ridge(lam)
+
+
+def test_negative_ridge_in_construction():
+    with pytest.raises(ValueError, match="ridge"):
+        OLSTransformer(ridge=-0.1)
+
+
+@pytest.mark.parametrize("eta", [0.0, -0.5])
+def test_eta_must_be_positive(eta):
+    with pytest.raises(ValueError, match="eta"):
+        GD(eta=eta)
+
+
+def test_integers_are_promoted_to_float64_exactly():
+    x = np.arange(12).reshape(6, 2)
+    t = as_tensor("x", x)
+    assert t.dtype == torch.float64
+    np.testing.assert_array_equal(t.numpy(), x.astype(np.float64))
+    with pytest.raises(ValueError, match="2\\*\\*53"):
+        as_tensor("x", np.array([2**60, 1]))
+
+
+@pytest.mark.parametrize("dtype", [np.float16])
+def test_float16_numpy_refused(dtype):
+    x, y, q = _tasks()
+    with pytest.raises(ValueError, match="x_ctx: float16"):
+        OLS().predict(x.astype(dtype), y, q)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_tensors_refused(dtype):
+    with pytest.raises(ValueError, match=r"queries: .*float16"):
+        associate(torch.zeros(2, 3, dtype=dtype), torch.zeros(4, 3), torch.zeros(4, 1))
+
+
+def test_unknown_names_list_the_valid_ones():
+    q = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="valid names are dot, scaled_dot"):
+        associate(q, q, q, similarity="cosine")
+    with pytest.raises(ValueError, match="valid names are identity, softmax, power, max"):
+        associate(q, q, q, separation="sparsemax")
+    with pytest.raises(ValueError, match=r"covariance: .*gram, mean"):
+        OLSTransformer(covariance="biased")
+
+
+def test_mixed_dtypes_promote_to_float64_and_keep_output_shape():
+    x, y, q = _tasks()
+    xc, yc, xq, shape = check_tasks(x.astype(np.float32), y[:, 0], q)
+    assert xc.dtype == yc.dtype == xq.dtype == torch.float64
+    assert shape == (3,)
+    assert OLS().predict(x, y[:, 0], q).shape == (3,)

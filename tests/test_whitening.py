@@ -1,0 +1,86 @@
+"""Whitening against numpy's eigendecomposition and pseudo-inverse."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnreg.core.whitening import ConditioningWarning, RankWarning, whitening_matrix
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(2, 30),
+    d=st.integers(1, 8),
+    seed=st.integers(0, 10_000),
+    method=st.sampled_from(["svd", "eigh"]),
+    covariance=st.sampled_from(["gram", "mean"]),
+)
+def test_llt_is_pseudo_inverse_of_s(n, d, seed, method, covariance):
+    x = np.random.default_rng(seed).normal(size=(n, d))
+    c = 1.0 if covariance == "gram" else n
+    s = x.T @ x / c
+    with pytest.warns(RankWarning) if n < d else _no_warning():
+        w = whitening_matrix(torch.from_numpy(x), covariance=covariance, method=method)
+    lmat = w.matrix[0].numpy()
+    np.testing.assert_allclose(
+        lmat @ lmat.T, np.linalg.pinv(s), atol=1e-8 * np.linalg.norm(np.linalg.pinv(s))
+    )
+    assert int(w.rank[0]) == np.linalg.matrix_rank(x)
+
+
+class _no_warning:
+    def __enter__(self):
+        import warnings
+
+        self._ctx = warnings.catch_warnings()
+        self._ctx.__enter__()
+        warnings.simplefilter("error", RankWarning)
+
+    def __exit__(self, *exc):
+        return self._ctx.__exit__(*exc)
+
+
+@pytest.mark.parametrize("method", ["svd", "eigh", "cholesky"])
+def test_whitened_features_are_orthonormal(method):
+    x = np.random.default_rng(1).normal(size=(40, 5))
+    lmat = whitening_matrix(torch.from_numpy(x), method=method).matrix[0].numpy()
+    f = x @ lmat
+    np.testing.assert_allclose(f.T @ f, np.eye(5), atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["svd", "eigh", "cholesky"])
+def test_ridge_whitening_against_numpy_eigh(method):
+    x = np.random.default_rng(2).normal(size=(7, 4))
+    lam = 0.3
+    evals, evecs = np.linalg.eigh(x.T @ x)
+    expected = evecs @ np.diag(1 / (evals + lam)) @ evecs.T
+    lmat = whitening_matrix(torch.from_numpy(x), ridge=lam, method=method).matrix[0].numpy()
+    np.testing.assert_allclose(lmat @ lmat.T, expected, atol=1e-12)
+
+
+def test_rank_warning_names_rank_and_ridge_is_silent():
+    x = np.random.default_rng(3).normal(size=(10, 2)) @ np.ones((2, 5))  # rank 1
+    with pytest.warns(RankWarning, match="rank 1 < d = 5"):
+        whitening_matrix(torch.from_numpy(x))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RankWarning)
+        whitening_matrix(torch.from_numpy(x), ridge=1e-3)
+
+
+def test_cholesky_refuses_singular_design():
+    x = np.ones((6, 3))
+    with pytest.raises(ValueError, match="not positive definite"):
+        whitening_matrix(torch.from_numpy(x), method="cholesky")
+
+
+def test_ill_conditioned_design_warns_with_condition_number():
+    rng = np.random.default_rng(4)
+    u, _ = np.linalg.qr(rng.normal(size=(30, 4)))
+    v, _ = np.linalg.qr(rng.normal(size=(4, 4)))
+    x = (u * np.array([1, 1e-2, 1e-4, 1e-6])) @ v.T  # κ(XᵀX) = 1e12
+    with pytest.warns(ConditioningWarning, match=r"1\.0e\+12"):
+        whitening_matrix(torch.from_numpy(x))
