@@ -35,3 +35,7 @@ def main(
 from attnreg.cli_commands import register  # noqa: E402
 
 register(app)
+
+
+if __name__ == "__main__":
+    app()

@@ -10,3 +10,11 @@ def register(app: typer.Typer) -> None:
     from attnreg.studies.verify_cli import verify_command
 
     app.command("verify")(verify_command)
+
+    from attnreg.runs.cli import sweep_command
+
+    app.command("sweep")(sweep_command)
+
+    from attnreg.report.cli import report_command
+
+    app.command("report")(report_command)

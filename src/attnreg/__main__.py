@@ -1,0 +1,5 @@
+"""``python -m attnreg``: the command line."""
+
+from attnreg.cli import app
+
+app()

@@ -1,0 +1,1 @@
+"""The report: every study's quick profile (or stored results) on one self-contained page."""

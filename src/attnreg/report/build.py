@@ -1,0 +1,83 @@
+"""``attnreg report``: run (or read) every study's quick profile and write the page.
+
+Each study's quick profile is one cell of the results store (default ``OUT/results.db``):
+a cell already done there is read, not re-run, so an interrupted report resumes, and a store
+filled by ``attnreg sweep`` can be reported on with ``--store``. A failing study is stored as
+failed and shown with its error; the other studies still appear.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnreg.report.page import render, section
+from attnreg.runs.cells import CellSpec, make_cell
+from attnreg.runs.executors import run_cells
+from attnreg.runs.store import CellResult, ResultsStore, now
+from attnreg.studies.registry import STUDIES, get_study
+
+TABLE_STUDIES = ("verify",)
+
+
+def report_cells(studies: list[str], seed: int, profile: str) -> list[CellSpec]:
+    """One cell per study: its ``profile`` config with ``seed``."""
+    return [make_cell(name, {}, seed, profile) for name in studies]
+
+
+def build_report(
+    out_dir: str | Path,
+    *,
+    store_path: str | Path | None = None,
+    studies: list[str] | None = None,
+    seed: int = 0,
+    profile: str = "quick",
+    workers: int | None = None,
+    rerun: bool = False,
+    progress: bool = True,
+) -> Path:
+    """Run what is missing, then write ``out_dir/index.html`` and the tidy results beside it."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    names = list(studies or STUDIES)
+    for name in names:
+        get_study(name)
+    cells: list[CellSpec] = []
+    failed_setup: list[CellResult] = []
+    for name in names:
+        try:
+            cells.extend(report_cells([name], seed, profile))
+        except Exception as exc:  # a study whose config cannot even be built: show it failed
+            stamp = now()
+            failed_setup.append(
+                CellResult(
+                    name, {}, seed, "", "failed", stamp, stamp, error=f"{type(exc).__name__}: {exc}"
+                )
+            )
+    store_file = Path(store_path) if store_path else out / "results.db"
+    with ResultsStore(store_file) as store:
+        run_cells(
+            cells,
+            store,
+            workers=workers,
+            retry_failed=True,
+            figures=True,
+            progress=progress,
+            rerun=rerun,
+        )
+        results = {c.study: store.get(c.key) for c in cells}
+        results.update({c.study: c for c in failed_setup})
+        sections = []
+        for name in names:
+            cell = results.get(name)
+            if cell is None:
+                continue
+            spec = get_study(name)
+            command = f"{spec.cli or 'attnreg ' + name} --{profile} --seed {seed}"
+            if name == "verify":
+                command = f"attnreg verify --seed {seed}"
+            sections.append(section(cell, command, table=name in TABLE_STUDIES))
+        store.export(out)
+        html = render(sections, store_file.name, store.count())
+    page = out / "index.html"
+    page.write_text(html, encoding="utf-8")
+    return page

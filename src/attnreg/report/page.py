@@ -1,0 +1,107 @@
+"""The report page: one self-contained HTML file (figures embedded, no network needed).
+
+Rendered with Jinja2 and autoescaping on, so every label, config value and error message is
+HTML-escaped; figures are PNGs embedded as ``data:`` URIs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from attnreg import __version__
+from attnreg.runs.store import CellResult
+
+TITLES = {
+    "verify": "verify — the equivalence certificate",
+    "compare": "compare — attention variants against ridge regression",
+    "icl": "icl — trained linear attention learns gradient descent",
+    "capacity": "capacity — associative memory from linear to exponential",
+    "explain": "explain — which estimator does a layer compute?",
+}
+MAX_TABLE_ROWS = 200
+
+
+@dataclass
+class StudySection:
+    """What the template needs of one study."""
+
+    name: str
+    title: str
+    command: str
+    config_json: str
+    status: str
+    seconds: float
+    summary: dict[str, str] = field(default_factory=dict)
+    figures: list[dict[str, str]] = field(default_factory=list)
+    table: dict[str, Any] | None = None
+    error: str | None = None
+
+
+def _cell(value: Any, column: str) -> dict[str, Any]:
+    if column in ("passed",) and isinstance(value, bool):
+        return {"kind": "pass", "value": value}
+    if isinstance(value, float):
+        text = (
+            ""
+            if not math.isfinite(value)
+            else (f"{value:.3g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}")
+        )
+        return {"kind": "num", "text": text}
+    return {"kind": "text", "text": "" if value is None else str(value)}
+
+
+def certificate_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rows of a study as a table (at most ``MAX_TABLE_ROWS`` rows)."""
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    shown = rows[:MAX_TABLE_ROWS]
+    return {
+        "columns": columns,
+        "rows": [[_cell(row.get(c), c) for c in columns] for row in shown],
+        "truncated": max(0, len(rows) - len(shown)),
+    }
+
+
+def section(cell: CellResult, command: str, table: bool) -> StudySection:
+    """A study section from its stored cell."""
+    return StudySection(
+        name=cell.study,
+        title=TITLES.get(cell.study, cell.study),
+        command=command,
+        config_json=json.dumps(cell.config, sort_keys=True),
+        status=cell.status,
+        seconds=cell.finished - cell.started,
+        summary=cell.summary,
+        figures=cell.figures,
+        table=certificate_table(cell.rows) if table and cell.status == "done" else None,
+        error=cell.error,
+    )
+
+
+def render(sections: list[StudySection], store_name: str, n_cells: int) -> str:
+    """The whole page as a string."""
+    env = Environment(
+        loader=PackageLoader("attnreg.report", "templates"),
+        autoescape=select_autoescape(["html", "j2"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    template = env.get_template("index.html.j2")
+    return template.render(
+        version=__version__,
+        generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        machine=f"{platform.machine()} · Python {platform.python_version()}",
+        studies=sections,
+        n_failed=sum(s.status != "done" for s in sections),
+        total_seconds=sum(s.seconds for s in sections),
+        store_name=store_name,
+        n_cells=n_cells,
+    )

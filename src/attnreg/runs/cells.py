@@ -1,0 +1,88 @@
+"""One run cell: a study, a full config and a seed, executed where a worker runs it.
+
+:func:`execute_cell` never raises for a failing study: the error and its traceback come back
+in the :class:`CellResult` so one bad cell cannot stop a sweep. It writes nothing to the store.
+"""
+
+from __future__ import annotations
+
+import base64
+import tempfile
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnreg import __version__
+from attnreg.config import config_from_dict, config_to_dict
+from attnreg.runs.store import CellResult, cell_key, now
+from attnreg.studies.registry import get_study
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """A cell to run: ``config`` holds every key of the study's config (seed included)."""
+
+    study: str
+    config: dict[str, Any]
+    seed: int
+    version: str = __version__
+
+    @property
+    def key(self) -> str:
+        """The stable key the store files it under."""
+        return cell_key(self.study, self.config, self.seed, self.version)
+
+
+def make_cell(study: str, overrides: dict[str, Any], seed: int, profile: str = "quick") -> CellSpec:
+    """Validate ``overrides`` against the study's config (unknown key → ``ValueError`` naming
+    it) on top of its ``profile``, set the seed, and return the cell with its full config."""
+    spec = get_study(study)
+    base = config_to_dict(spec.profile(profile))
+    if "seed" not in base:
+        raise ValueError(f"study {study!r}: its config has no 'seed' field")
+    cfg: Any = config_from_dict(spec.config_cls(), {**base, **overrides, "seed": seed})
+    return CellSpec(study, config_to_dict(cfg), seed)
+
+
+def execute_cell(cell: CellSpec, figures: bool = False, threads: int | None = None) -> CellResult:
+    """Run one cell and return its result (figures as base64 PNG when ``figures``)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    started = now()
+    try:
+        spec = get_study(cell.study)
+        cfg: Any = config_from_dict(spec.config_cls(), cell.config)
+        with tempfile.TemporaryDirectory() as tmp:
+            result = spec.run(cfg, tmp if figures else None)
+            pictures = []
+            for fig in result.figures:
+                path = Path(fig.path)
+                if path.exists():
+                    png = base64.b64encode(path.read_bytes()).decode()
+                    pictures.append({"name": path.stem, "caption": fig.caption, "png": png})
+        return CellResult(
+            cell.study,
+            cell.config,
+            cell.seed,
+            cell.version,
+            "done",
+            started,
+            now(),
+            result.rows,
+            result.summary,
+            pictures,
+        )
+    except Exception:  # a failing study is a failed cell, reported with its traceback
+        return CellResult(
+            cell.study,
+            cell.config,
+            cell.seed,
+            cell.version,
+            "failed",
+            started,
+            now(),
+            error=traceback.format_exc(limit=20),
+        )

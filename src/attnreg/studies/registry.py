@@ -1,0 +1,63 @@
+"""The studies attnreg knows, by name: their config class, profiles and runner.
+
+Each study module provides a config dataclass (every field with a default, one of them
+``seed``) and ``run_study(config, out_dir) -> StudyResult``. Modules are imported lazily, so a
+broken or slow study never stops the others from being listed or run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from attnreg.studies.common import StudyResult
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """Where a study lives: ``module:config_class`` and ``module:runner``, plus the overrides
+    that make its quick and full profiles from the config's defaults."""
+
+    name: str
+    module: str
+    config_class: str
+    runner: str = "run_study"
+    quick: dict[str, Any] = field(default_factory=dict)
+    full: dict[str, Any] = field(default_factory=dict)
+    cli: str = ""
+
+    def config_cls(self) -> type:
+        """The study's config dataclass."""
+        cls: type = getattr(importlib.import_module(self.module), self.config_class)
+        return cls
+
+    def profile(self, name: str = "quick") -> Any:
+        """A config instance for the ``quick`` or ``full`` profile."""
+        cls = self.config_cls()
+        if hasattr(cls, name):
+            return getattr(cls, name)()
+        return replace(cls(), **(self.quick if name == "quick" else self.full))
+
+    def run(self, config: Any, out_dir: str | None = None) -> StudyResult:
+        """Run the study with ``config``, saving figures into ``out_dir``."""
+        fn = getattr(importlib.import_module(self.module), self.runner)
+        result = fn(config, out_dir)
+        assert isinstance(result, StudyResult)
+        return result
+
+    def field_names(self) -> list[str]:
+        """The config's keys."""
+        return [f.name for f in fields(self.config_cls())]
+
+
+STUDIES: dict[str, StudySpec] = {
+    "verify": StudySpec("verify", "attnreg.studies.verify", "VerifyConfig", cli="attnreg verify"),
+}
+
+
+def get_study(name: str) -> StudySpec:
+    """The study called ``name``; the error lists the valid names."""
+    if name not in STUDIES:
+        raise ValueError(f"study: unknown value {name!r}; valid names are {', '.join(STUDIES)}")
+    return STUDIES[name]
