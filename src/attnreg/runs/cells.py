@@ -33,6 +33,20 @@ class CellSpec:
         """The stable key the store files it under."""
         return cell_key(self.study, self.config, self.seed, self.version)
 
+    def failed(self, error: str, started: float | None = None) -> CellResult:
+        """This cell's result as failed with ``error`` (nothing ran, or it did not finish)."""
+        stamp = now()
+        return CellResult(
+            self.study,
+            self.config,
+            self.seed,
+            self.version,
+            "failed",
+            stamp if started is None else started,
+            stamp,
+            error=error,
+        )
+
 
 def make_cell(study: str, overrides: dict[str, Any], seed: int, profile: str = "quick") -> CellSpec:
     """Validate ``overrides`` against the study's config (unknown key → ``ValueError`` naming
@@ -76,13 +90,4 @@ def execute_cell(cell: CellSpec, figures: bool = False, threads: int | None = No
             pictures,
         )
     except Exception:  # a failing study is a failed cell, reported with its traceback
-        return CellResult(
-            cell.study,
-            cell.config,
-            cell.seed,
-            cell.version,
-            "failed",
-            started,
-            now(),
-            error=traceback.format_exc(limit=20),
-        )
+        return cell.failed(traceback.format_exc(limit=20), started)

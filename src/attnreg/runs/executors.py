@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from attnreg.core.validation import check_choice
 from attnreg.runs.cells import CellSpec, execute_cell
-from attnreg.runs.store import CellResult, ResultsStore, now
+from attnreg.runs.store import CellResult, ResultsStore
 
 EXECUTORS = ("local", "dask")
 
@@ -117,19 +117,7 @@ def _run_local(
         except BrokenProcessPool:
             continue  # a worker died: rebuild the pool, resubmit what did not come back
     for cell in remaining.values():
-        stamp = now()
-        record(
-            CellResult(
-                cell.study,
-                cell.config,
-                cell.seed,
-                cell.version,
-                "failed",
-                stamp,
-                stamp,
-                error=f"worker process died {attempts} times on this cell",
-            )
-        )
+        record(cell.failed(f"worker process died {attempts} times on this cell"))
 
 
 def _run_dask(
@@ -166,17 +154,7 @@ def _run_dask(
             try:
                 result = future.result()
             except Exception as exc:  # KilledWorker after every retry: store as failed
-                stamp = now()
-                result = CellResult(
-                    cell.study,
-                    cell.config,
-                    cell.seed,
-                    cell.version,
-                    "failed",
-                    stamp,
-                    stamp,
-                    error=f"{type(exc).__name__}: {exc}",
-                )
+                result = cell.failed(f"{type(exc).__name__}: {exc}")
             record(result)
     finally:
         client.close()
