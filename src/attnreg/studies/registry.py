@@ -33,11 +33,13 @@ class StudySpec:
         return cls
 
     def profile(self, name: str = "quick") -> Any:
-        """A config instance for the ``quick`` or ``full`` profile."""
-        cls = self.config_cls()
-        if hasattr(cls, name):
-            return getattr(cls, name)()
-        return replace(cls(), **(self.quick if name == "quick" else self.full))
+        """A config instance for the ``quick`` or ``full`` profile: the module's
+        ``quick_config()`` / ``full_config()`` if it has them, else the defaults plus overrides."""
+        module = importlib.import_module(self.module)
+        factory = getattr(module, f"{name}_config", None)
+        if callable(factory):
+            return factory()
+        return replace(self.config_cls()(), **(self.quick if name == "quick" else self.full))
 
     def run(self, config: Any, out_dir: str | None = None) -> StudyResult:
         """Run the study with ``config``, saving figures into ``out_dir``."""
