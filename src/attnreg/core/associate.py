@@ -9,6 +9,9 @@
 Nothing of size ``M × N`` is ever held whole unless ``return_weights=True``:
 
 * identity separation with a bilinear similarity is computed as ``(Q M)(Kᵀ V)`` — linear in N;
+* softmax separation with a bilinear similarity goes to PyTorch's fused attention kernel
+  (``scaled_dot_product_attention``; on CPU the flash-attention kernel: tiles of queries × keys
+  with an online softmax, per-thread buffers of a few hundred KiB), with ``β`` as its scale;
 * every other case streams over blocks of keys sized to ``memory_budget`` bytes: a running
   max / sum for softmax (the online softmax of Milakov & Gimelshein 2018), a running arg-max
   for ``max``, and plain accumulation for identity / power.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.nn.functional import scaled_dot_product_attention
 
 from attnreg.core.validation import as_tensor, check_choice, check_positive, check_positive_int
 from attnreg.core.whitening import whitening_matrix
@@ -72,10 +76,13 @@ def separate(scores: torch.Tensor, separation: str, power: int = 2) -> torch.Ten
 
 
 def chunk_sizes(batch: int, m: int, n: int, itemsize: int, memory_budget: int) -> tuple[int, int]:
-    """Query and key block sizes so that one ``batch × q × k`` score block fits the budget.
+    """Query and key block sizes so that the score temporaries of one block fit the budget.
 
-    Three score-sized temporaries live at once (scores, their exponentials, a mask), so the
-    block holds ``memory_budget / (3 · itemsize)`` elements; queries take up to 1024 rows.
+    At most three score-sized temporaries live at once (scores, a mask or the distance
+    kernel's scratch, the weighted block), so one ``batch × q × k`` block holds
+    ``memory_budget / (3 · itemsize · batch)`` elements. Queries take up to 1024 rows; keys
+    fill the rest of the budget, so the number of Python-level blocks is the smallest the
+    budget allows.
     """
     elements = max(1, memory_budget // (3 * itemsize * batch))
     q_block = min(m, 1024, max(1, elements // min(n, 4096)))
@@ -129,7 +136,7 @@ def associate(
     beta = float(beta)
     if similarity == "whitened_dot":
         if metric is None:
-            w = whitening_matrix(k, ridge=ridge).matrix
+            w = whitening_matrix(k, ridge=ridge, checked=True).matrix
             metric = w @ w.mT
         else:
             metric = as_tensor("metric", metric, ndim=(2, 3)).to(dtype)
@@ -140,7 +147,9 @@ def associate(
         out = weights @ v
         return (out[0], weights[0]) if unbatched else (out, weights)
     if separation == "identity" and similarity in BILINEAR and not normalize:
-        out = _linear(q, k, v, similarity, metric) * beta
+        out = _linear(q, k, v, similarity, metric, beta)
+    elif separation == "softmax" and similarity in BILINEAR:
+        out = _fused_softmax(q, k, v, similarity, beta, metric)
     else:
         out = _streamed(
             q, k, v, similarity, separation, beta, power, metric, normalize, memory_budget
@@ -149,15 +158,57 @@ def associate(
 
 
 def _linear(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, similarity: str, metric: torch.Tensor | None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    similarity: str,
+    metric: torch.Tensor | None,
+    beta: float = 1.0,
 ) -> torch.Tensor:
-    """``(Q M)(Kᵀ V)``: identity-separated bilinear attention without the N×N matrix."""
+    """``(Q M)(Kᵀ V)``: identity-separated bilinear attention without the N×N matrix.
+
+    Computed as ``Q (β M (Kᵀ V))`` (``β/√d`` folded into the state for scaled_dot): the same
+    product, with one ``M × dv`` output and no ``M × d`` intermediate.
+    """
+    state = k.mT @ v
     if similarity == "whitened_dot":
         assert metric is not None
-        q = q @ metric
+        state = metric @ state
     elif similarity == "scaled_dot":
-        q = q / math.sqrt(q.shape[-1])
-    return q @ (k.mT @ v)
+        beta = beta / math.sqrt(q.shape[-1])
+    if beta != 1.0:
+        state = state * beta
+    return q @ state
+
+
+def _bilinear_queries(
+    q: torch.Tensor, similarity: str, beta: float, metric: torch.Tensor | None
+) -> tuple[torch.Tensor, float]:
+    """Fold a bilinear similarity into the queries: ``β·sim(q, k) = scale · (q M)·k``."""
+    if similarity == "whitened_dot":
+        assert metric is not None
+        return q @ metric, beta
+    if similarity == "scaled_dot":
+        return q, beta / math.sqrt(q.shape[-1])
+    return q, beta
+
+
+def _fused_softmax(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    similarity: str,
+    beta: float,
+    metric: torch.Tensor | None,
+) -> torch.Tensor:
+    """``softmax(scale · (Q M) Kᵀ) V`` through ``scaled_dot_product_attention``.
+
+    The inputs get a head axis, ``(B, 1, ·, d)``: with 4-D inputs PyTorch's CPU dispatcher
+    picks the flash-attention kernel (it takes the O(M·N) "math" path for 3-D inputs).
+    """
+    qm, scale = _bilinear_queries(q, similarity, beta, metric)
+    out = scaled_dot_product_attention(qm.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), scale=scale)
+    return out.squeeze(1)
 
 
 def _streamed(
@@ -172,8 +223,19 @@ def _streamed(
     normalize: bool,
     memory_budget: int,
 ) -> torch.Tensor:
+    """Stream over ``q_block × k_block`` score blocks (sizes from :func:`chunk_sizes`).
+
+    Softmax keeps a running max ``m``, sum ``ℓ`` and numerator ``a`` per query and rescales
+    them by ``exp(m_old − m_new)`` at each block (Milakov & Gimelshein 2018); ``max`` keeps a
+    running arg-max; identity / power accumulate. Bilinear similarities fold ``M`` and ``β``
+    into the queries once; the block arithmetic is done in place where autograd allows it.
+    """
     b, m, n = q.shape[0], q.shape[1], k.shape[1]
     q_block, k_block = chunk_sizes(b, m, n, q.element_size(), memory_budget)
+    bilinear = similarity in BILINEAR
+    scale = beta
+    if bilinear:
+        q, scale = _bilinear_queries(q, similarity, beta, metric)
     out = torch.empty(b, m, v.shape[-1], dtype=q.dtype, device=q.device)
     for qs in range(0, m, q_block):
         qc = q[:, qs : qs + q_block]
@@ -183,15 +245,15 @@ def _streamed(
         best = torch.full((b, rows, 1), -math.inf, dtype=q.dtype, device=q.device)
         for ks in range(0, n, k_block):
             kc, vc = k[:, ks : ks + k_block], v[:, ks : ks + k_block]
-            s = similarity_scores(qc, kc, similarity, metric)
-            if beta != 1.0:
-                s = s * beta
+            s = qc @ kc.mT if bilinear else similarity_scores(qc, kc, similarity, metric)
+            if scale != 1.0:
+                s.mul_(scale)
             if separation == "softmax":
-                block_max = s.amax(-1, keepdim=True)
-                new_best = torch.maximum(best, block_max)
-                rescale = torch.exp(best - new_best)
-                s = torch.exp(s - new_best)
-                acc = acc * rescale + s @ vc
+                # the shift is a constant for autograd: softmax does not depend on it
+                new_best = torch.maximum(best, s.detach().amax(-1, keepdim=True))
+                rescale = (best - new_best).exp_()
+                s.sub_(new_best).exp_()
+                acc = torch.baddbmm(acc * rescale, s, vc)
                 total = total * rescale + s.sum(-1, keepdim=True)
                 best = new_best
             elif separation == "max":
@@ -202,7 +264,7 @@ def _streamed(
                 best = torch.where(better, block_max, best)
             else:
                 w = s.pow(power) if separation == "power" else s
-                acc = acc + w @ vc
+                acc = torch.baddbmm(acc, w, vc)
                 total = total + w.sum(-1, keepdim=True)
         if separation == "softmax" or (normalize and separation != "max"):
             acc = acc / total

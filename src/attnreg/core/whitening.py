@@ -74,14 +74,18 @@ def whitening_matrix(
     method: str = "svd",
     rtol: float | None = None,
     warn: bool = True,
+    checked: bool = False,
 ) -> Whitening:
     """Whitening of ``x`` (``(N, d)`` or ``(B, N, d)``): ``L = V (Λ + λI)^{-1/2}``.
 
     ``rtol`` is relative to the largest singular value of ``X`` (default ``max(N, d)·eps``);
     eigenvalues below it count as zero. With ``ridge = 0`` they are dropped (pseudo-inverse)
-    and a :class:`RankWarning` names the rank found.
+    and a :class:`RankWarning` names the rank found. ``checked=True`` says ``x`` is a floating
+    tensor already validated by the caller (e.g. by ``check_tasks``): the NaN/Inf scan is
+    skipped.
     """
-    x = as_tensor("x", x, ndim=(2, 3))
+    if not (checked and isinstance(x, torch.Tensor) and x.is_floating_point()):
+        x = as_tensor("x", x, ndim=(2, 3))
     check_nonnegative("ridge", ridge)
     check_choice("method", method, METHODS)
     if x.ndim == 2:
@@ -92,8 +96,7 @@ def whitening_matrix(
     if method == "cholesky":
         return _cholesky(x, ridge, c)
     if method == "svd":
-        _, sigma, vh = torch.linalg.svd(x, full_matrices=True)
-        vecs = vh.mT
+        sigma, vecs = right_singular(x)
         k = sigma.shape[-1]
         keep = sigma > tol * sigma[..., :1]
         eig = torch.zeros(x.shape[0], d, dtype=x.dtype, device=x.device)
@@ -130,6 +133,50 @@ def whitening_matrix(
     return Whitening(matrix, eig, rank, c, float(ridge), condition)
 
 
+def right_singular(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Singular values ``σ`` (descending) and the full ``d × d`` right factor ``V`` of
+    ``X = U Σ Vᵀ`` (``(B, N, d)``), without forming ``U``.
+
+    For ``N > d``: ``X = Q R`` (Householder, ``R`` is ``d × d``) and ``R = U_R Σ Vᵀ`` has the same
+    ``σ`` and ``V`` (Golub & Van Loan 2013, §8.6.3, "R-SVD") — no ``N × N`` or ``N × d`` factor
+    is held, and the cost is ``2Nd²`` flops. For ``N ≤ d`` the full SVD (``U`` is ``N × N``)
+    supplies all ``d`` right vectors.
+    """
+    n, d = x.shape[-2], x.shape[-1]
+    if n > d:
+        _, sigma, vh = torch.linalg.svd(_triangular_factor(x))
+    else:
+        _, sigma, vh = torch.linalg.svd(x, full_matrices=True)
+    return sigma, vh.mT
+
+
+TSQR_BLOCK_BYTES = 2**20
+
+
+def _triangular_factor(x: torch.Tensor) -> torch.Tensor:
+    """``R`` (``(B, d, d)``) of ``X = Q R``, ``Q`` never formed.
+
+    Tall ``X`` is reduced block by block — ``R ← qr([R; X_block]).R`` over row blocks of about
+    ``TSQR_BLOCK_BYTES`` (a sequential TSQR, Demmel et al. 2012, "Communication-optimal
+    parallel and sequential QR"): each Householder QR then runs in cache and only one small
+    buffer is allocated, so the time stays linear in ``N`` where one QR of the whole ``N × d``
+    matrix would stream it from memory once per column. Same backward stability as one QR.
+    """
+    b, n, d = x.shape
+    rows = max(4 * d, TSQR_BLOCK_BYTES // max(1, b * d * x.element_size()))
+    if n <= 4 * rows:
+        return torch.linalg.qr(x, mode="r").R
+    buf = torch.empty(b, rows + d, d, dtype=x.dtype, device=x.device)
+    r = torch.linalg.qr(x[:, :rows], mode="r").R
+    for start in range(rows, n, rows):
+        block = x[:, start : start + rows]
+        m = block.shape[1]
+        buf[:, :d] = r
+        buf[:, d : d + m] = block
+        r = torch.linalg.qr(buf[:, : d + m], mode="r").R
+    return r
+
+
 def warn_conditioning(condition: torch.Tensor, dtype: torch.dtype) -> None:
     """Warn when ``κ(S + λI) > 1/√u``: the whitened layer computes ``X L`` with ``‖L‖ ∝ √κ``,
     so its relative accuracy is about ``u · κ`` (the normal equations' bound, Higham 2002 §20.4).
@@ -147,7 +194,9 @@ def warn_conditioning(condition: torch.Tensor, dtype: torch.dtype) -> None:
 
 def _cholesky(x: torch.Tensor, ridge: float, c: float) -> Whitening:
     d = x.shape[-1]
-    s = x.mT @ x / c
+    s = x.mT @ x
+    if c != 1.0:
+        s = s / c
     if ridge > 0:
         s = s + ridge * torch.eye(d, dtype=x.dtype, device=x.device)
     chol, info = torch.linalg.cholesky_ex(s)

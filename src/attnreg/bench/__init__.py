@@ -1,0 +1,76 @@
+"""``attnreg bench``: the performance targets P1–P6 of ``quality.md``, measured in one run.
+
+The fp32 matmul rate of the machine (torch, 2048 × 2048) is measured first; then each target
+runs its workload and its reference in the same process on the same data, in alternation after
+a warm-up, and reports the median ratio, the absolute times, the peak resident set (measured in
+a child process) and pass / fail. See ``benchmarks/README.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+
+from attnreg.bench.common import BenchResult, matmul_rate, set_threads
+from attnreg.bench.dense import SMOKE, Sizes, p1_p3
+from attnreg.bench.studies import guarded, p4_p6
+
+TARGETS = ("P1", "P2", "P3", "P4", "P5", "P6")
+
+__all__ = ["TARGETS", "BenchResult", "parse_ids", "run_benchmarks"]
+
+
+def parse_ids(only: Iterable[str] | None) -> list[str]:
+    """Target ids from ``--only`` values (repeatable, comma lists, any case); all if empty."""
+    ids: list[str] = []
+    for item in only or []:
+        for part in item.split(","):
+            name = part.strip().upper()
+            if not name:
+                continue
+            if name not in TARGETS:
+                raise ValueError(f"only: unknown target {part!r}; valid: {', '.join(TARGETS)}")
+            if name not in ids:
+                ids.append(name)
+    return [t for t in TARGETS if t in ids] if ids else list(TARGETS)
+
+
+def run_benchmarks(
+    ids: Iterable[str] | None = None,
+    *,
+    repeat: int = 5,
+    threads: int | None = None,
+    smoke: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[BenchResult], dict[str, object]]:
+    """Run the targets ``ids`` (default all); return their results and the run's context
+    (threads, matmul rate, torch version). ``smoke`` uses tiny sizes (for tests: the numbers
+    mean nothing)."""
+    wanted = set(parse_ids(ids))
+    tick = progress or (lambda label: None)
+    n_threads = set_threads(threads)
+    sizes = SMOKE if smoke else Sizes()
+    tick(f"fp32 matmul rate ({sizes.matmul}²)")
+    rate = matmul_rate(max(3, repeat), sizes.matmul)
+    context: dict[str, object] = {
+        "threads": n_threads,
+        "matmul_gflops": rate["flops_per_s"] / 1e9,
+        "matmul_size": sizes.matmul,
+        "repeat": repeat,
+        "smoke": smoke,
+        "torch": torch.__version__,
+    }
+    jobs = {
+        **p1_p3(wanted, sizes, repeat, rate["flops_per_s"], n_threads),
+        **p4_p6(wanted, smoke, n_threads),
+    }
+    results: list[BenchResult] = []
+    for name in TARGETS:
+        if name in jobs:
+            tick(name)
+            result = guarded(name, jobs[name])()
+            result.details.setdefault("threads", n_threads)
+            result.details.setdefault("matmul_gflops_first", context["matmul_gflops"])
+            results.append(result)
+    return results, context

@@ -1,0 +1,218 @@
+"""P4–P6: the study workloads, each owned by its study and called here, never copied.
+
+* P4 calls ``attnreg.studies.icl.train_one_layer_to_gd(seed=…)`` for three seeds (in process);
+* P5 runs the capacity study's quick profile (``attnreg.studies.capacity.run``) in a child
+  process, for its wall time and its peak resident set;
+* P6 runs ``attnreg report`` (quick profile, a fresh output folder) as a child process.
+
+A workload that cannot be imported or fails reports ``passed: false`` with the reason in
+``details`` — never a pass it did not earn.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from attnreg.bench.common import GIB, BenchResult, check, json_line, run_child_process
+
+P4_TARGET = "median wall over 3 seeds ≤ 10 s, each seed within 2 % of the line-searched GD loss"
+P5_TARGET = "≤ 120 s wall, peak memory ≤ 4 GiB"
+P6_TARGET = "≤ 300 s wall (2 cores), exit status 0, index.html written"
+
+
+def _unavailable(id_: str, workload: str, unit: str, target: str, why: str) -> BenchResult:
+    return BenchResult(
+        id=id_,
+        workload=workload,
+        value=None,
+        unit=unit,
+        target=target,
+        passed=False,
+        reference="-",
+        details={"error": f"not available: {why}"},
+    )
+
+
+def _lookup(module: str, name: str) -> Any:
+    """``module.name``, or raise ``LookupError`` saying which part is missing."""
+    try:
+        mod = importlib.import_module(module)
+    except Exception as exc:
+        raise LookupError(f"cannot import {module} ({type(exc).__name__}: {exc})") from exc
+    if not hasattr(mod, name):
+        raise LookupError(f"{module} has no {name} yet")
+    return getattr(mod, name)
+
+
+def _accepted(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    params = inspect.signature(fn).parameters
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
+def bench_p4(smoke: bool, threads: int, seeds: tuple[int, ...] = (0, 1, 2)) -> BenchResult:
+    """One-layer LSA trained to within 2 % of one-step GD: median wall over the seeds."""
+    workload = "1-layer LSA, von Oswald tasks (d = N = 10), trained to ≤ 1.02 × the "
+    workload += "line-searched one-step-GD loss; line search + evaluation included"
+    unit = "s (median wall)"
+    try:
+        fn = _lookup("attnreg.studies.icl", "train_one_layer_to_gd")
+    except LookupError as exc:
+        return _unavailable("P4", workload, unit, P4_TARGET, str(exc))
+    extra = {"eval_tasks": 200, "batch": 64, "max_steps": 20} if smoke else {}
+    runs: list[dict[str, Any]] = []
+    for seed in seeds:
+        start = time.perf_counter()
+        try:
+            out = fn(seed=seed, **_accepted(fn, extra))
+        except Exception as exc:
+            return _unavailable(
+                "P4", workload, unit, P4_TARGET, f"seed {seed} raised {type(exc).__name__}: {exc}"
+            )
+        wall = time.perf_counter() - start
+        info = dict(out) if isinstance(out, Mapping) else {"result": repr(out)}
+        runs.append({"seed": seed, "measured_wall_seconds": wall, **info})
+    walls = [r["measured_wall_seconds"] for r in runs]
+    med = statistics.median(walls)
+    reached = [bool(r.get("reached", False)) for r in runs]
+    checks = [
+        check("median wall (s)", med, "<=", 10.0),
+        check("seeds within 2 % of GD", float(sum(reached)), ">=", float(len(seeds))),
+    ]
+    return BenchResult(
+        id="P4",
+        workload=workload,
+        value=med,
+        unit=unit,
+        target=P4_TARGET,
+        passed=all(c["passed"] for c in checks),
+        reference="GD with the line-searched η (loss on the same 10,000 tasks)",
+        details={"checks": checks, "runs": runs, "bench_threads": threads},
+    )
+
+
+_CAPACITY_CHILD = """
+import json, sys, tempfile, torch
+from attnreg.bench.common import peak_rss_bytes, reset_peak
+reset_peak()
+torch.set_num_threads({threads})
+from attnreg.studies import capacity
+config = capacity.quick_config() if hasattr(capacity, "quick_config") else capacity.QUICK
+{smoke}
+with tempfile.TemporaryDirectory() as out:
+    result = capacity.run(config, out)
+print(json.dumps({{"rows": len(result.rows), "softmax_d": getattr(config, "softmax_d", None),
+                  "peak_bytes": peak_rss_bytes()}}))
+"""
+
+_CAPACITY_SMOKE = """
+from dataclasses import replace
+config = replace(config, seeds=1, queries=20, pinv_d=[4], hebbian_d=[16], dam2_d=[8],
+                 dam3_d=[8], dam4_d=[8], softmax_d=[4], sphere_d=[4], grid_random_d=8,
+                 digits_n=[20], n_limit=256)
+"""
+
+
+def bench_p5(smoke: bool, threads: int, timeout: float = 900.0) -> BenchResult:
+    """The capacity study's quick profile, end to end, in a child process."""
+    workload = "capacity study quick profile (all families, softmax searched up to d = 24), "
+    workload += "figures included, child process"
+    unit = "s (wall)"
+    try:
+        _lookup("attnreg.studies.capacity", "run")
+    except LookupError as exc:
+        return _unavailable("P5", workload, unit, P5_TARGET, str(exc))
+    code = _CAPACITY_CHILD.format(threads=threads, smoke=_CAPACITY_SMOKE if smoke else "")
+    run = run_child_process([sys.executable, "-c", code], timeout=timeout)
+    return _child_result("P5", workload, unit, P5_TARGET, run, 120.0, 4.0)
+
+
+def bench_p6(smoke: bool, threads: int, timeout: float = 1800.0) -> BenchResult:
+    """``attnreg report`` (quick profile) into a fresh folder, as a child process."""
+    workload = "attnreg report, quick profile, end to end (fresh folder: every study runs)"
+    unit = "s (wall)"
+    try:
+        _lookup("attnreg.report.cli", "report_command")
+    except LookupError as exc:
+        return _unavailable("P6", workload, unit, P6_TARGET, str(exc))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "report"
+        args = [sys.executable, "-m", "attnreg", "report", "--out", str(out), "--no-progress"]
+        if smoke:
+            args += ["--study", "verify"]
+        run = run_child_process(args, timeout=timeout)
+        run["index_html_written"] = (out / "index.html").exists()
+    result = _child_result("P6", workload, unit, P6_TARGET, run, 300.0, None)
+    result.details["bench_threads"] = threads
+    if not run["index_html_written"]:
+        result.passed = False
+        result.details["checks"].append(check("index.html written", 0.0, ">=", 1.0))
+    return result
+
+
+def _child_result(
+    id_: str,
+    workload: str,
+    unit: str,
+    target: str,
+    run: dict[str, Any],
+    max_seconds: float,
+    max_gib: float | None,
+) -> BenchResult:
+    report = json_line(run["output_tail"]) if run["exit_code"] == 0 else None
+    peak = (report or {}).get("peak_bytes")
+    peak_gib = peak / GIB if peak is not None else None
+    checks = [
+        check("wall (s)", run["seconds"], "<=", max_seconds),
+        check("exit status", float(run["exit_code"]), "<=", 0.0),
+    ]
+    if max_gib is not None:
+        checks.append(check("peak memory (GiB)", peak_gib, "<=", max_gib))
+    details: dict[str, Any] = {"checks": checks, "peak_memory_gib": peak_gib, **run}
+    if run["exit_code"] != 0:
+        details["error"] = "the child process failed; see output_tail"
+    else:
+        details["child_report"] = report
+        details.pop("output_tail", None)
+    return BenchResult(
+        id=id_,
+        workload=workload,
+        value=run["seconds"],
+        unit=unit,
+        target=target,
+        passed=all(c["passed"] for c in checks),
+        reference="absolute wall time on this machine (see the shared-CPU caveat)",
+        details=details,
+    )
+
+
+def p4_p6(ids: set[str], smoke: bool, threads: int) -> dict[str, Callable[[], BenchResult]]:
+    """The study targets among ``ids``, as deferred calls that never raise."""
+    table: dict[str, Callable[[], BenchResult]] = {
+        "P4": lambda: bench_p4(smoke, threads),
+        "P5": lambda: bench_p5(smoke, threads),
+        "P6": lambda: bench_p6(smoke, threads),
+    }
+    return {k: guarded(k, v) for k, v in table.items() if k in ids}
+
+
+def guarded(id_: str, fn: Callable[[], BenchResult]) -> Callable[[], BenchResult]:
+    """``fn`` turned into a call that reports an exception as a failed result."""
+
+    def call() -> BenchResult:
+        try:
+            return fn()
+        except Exception as exc:
+            result = _unavailable(id_, "-", "-", "-", f"{type(exc).__name__}: {exc}")
+            result.details["traceback"] = traceback.format_exc()[-2000:]
+            return result
+
+    return call

@@ -1,0 +1,100 @@
+"""``attnreg bench`` on tiny sizes: well-formed JSON and honest failure rows (no timing checks)."""
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnreg.bench import TARGETS, parse_ids, run_benchmarks
+from attnreg.bench import studies as bench_studies
+from attnreg.bench.common import loglog_slope, time_interleaved
+from attnreg.cli import app
+
+KEYS = {"id", "workload", "value", "unit", "target", "passed", "reference", "details"}
+
+
+def _well_formed(row: dict) -> None:
+    assert set(row) == KEYS
+    assert row["id"] in TARGETS
+    assert isinstance(row["passed"], bool)
+    assert row["value"] is None or isinstance(row["value"], int | float)
+    for key in ("workload", "unit", "target", "reference"):
+        assert isinstance(row[key], str) and row[key]
+    assert isinstance(row["details"], dict)
+    assert isinstance(row["details"]["threads"], int)
+
+
+def test_cli_smoke_dense_targets_print_well_formed_json():
+    threads = torch.get_num_threads()
+    try:
+        result = CliRunner().invoke(
+            app, ["bench", "--smoke", "--json", "--only", "P1,p2", "--only", "P3", "--repeat", "1"]
+        )
+    finally:
+        torch.set_num_threads(threads)
+    assert result.exit_code in (0, 1), result.output
+    rows = json.loads(result.stdout)
+    assert [r["id"] for r in rows] == ["P1", "P2", "P3"]
+    for row in rows:
+        _well_formed(row)
+        assert row["value"] is not None
+        assert all(
+            {"check", "value", "limit", "passed"} <= set(c) for c in row["details"]["checks"]
+        )
+    p2 = rows[1]["details"]
+    assert p2["peak_memory"]["peak_bytes"] > 0 and "extra_bytes" in p2["peak_memory"]
+    assert p2["max_abs_diff_vs_sdpa"] < 1e-4
+    assert rows[0]["details"]["max_abs_diff_vs_lstsq"] < 1e-8
+
+
+def test_p4_smoke_calls_the_icl_workload():
+    results, context = run_benchmarks(["P4"], repeat=1, threads=1, smoke=True)
+    row = results[0].row()
+    _well_formed(row)
+    assert context["threads"] == 1
+    assert len(row["details"].get("runs", [])) == 3 or "error" in row["details"]
+
+
+def test_missing_study_function_is_a_failure_not_a_pass(monkeypatch):
+    def missing(module, name):
+        raise LookupError(f"{module} has no {name} yet")
+
+    monkeypatch.setattr(bench_studies, "_lookup", missing)
+    results, _ = run_benchmarks(["P4", "P5", "P6"], repeat=1, threads=1, smoke=True)
+    assert [r.id for r in results] == ["P4", "P5", "P6"]
+    for result in results:
+        row = result.row()
+        _well_formed(row)
+        assert row["passed"] is False and row["value"] is None
+        assert row["details"]["error"].startswith("not available")
+
+
+def test_a_failing_workload_is_reported_not_raised(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("attnreg.bench.dense.bench_p1", broken)
+    results, _ = run_benchmarks(["P1"], repeat=1, threads=1, smoke=True)
+    assert results[0].passed is False and "boom" in results[0].details["error"]
+
+
+def test_parse_ids_and_unknown_target():
+    assert parse_ids(None) == list(TARGETS)
+    assert parse_ids(["p3,P1", "P1"]) == ["P1", "P3"]
+    with pytest.raises(ValueError, match="valid: P1"):
+        parse_ids(["P9"])
+    result = CliRunner().invoke(app, ["bench", "--only", "P9"])
+    assert result.exit_code != 0
+
+
+def test_help_lists_every_option():
+    out = CliRunner().invoke(app, ["bench", "--help"], terminal_width=200).output
+    for option in ("--only", "--json", "--repeat", "--threads", "--smoke", "--progress"):
+        assert option in out
+
+
+def test_helpers():
+    times = time_interleaved({"a": lambda: None, "b": lambda: None}, repeat=3)
+    assert set(times) == {"a", "b"} and all(len(v) == 3 for v in times.values())
+    assert loglog_slope([1e5, 3e5, 1e6], [1.0, 3.0, 10.0]) == pytest.approx(1.0)

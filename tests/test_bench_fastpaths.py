@@ -1,0 +1,161 @@
+"""The fast paths equal the plain computations (numpy / explicit torch) on small inputs."""
+
+import numpy as np
+import pytest
+import torch
+from scipy.special import softmax
+
+from attnreg import associate
+from attnreg.bench.dense import cholesky_predict, lstsq_predict, p1_data
+from attnreg.constructions.ols import OLSAttention, OLSTransformer
+from attnreg.core.associate import _fused_softmax, _streamed, chunk_sizes
+from attnreg.core.whitening import right_singular, whitening_matrix
+
+
+def _data(seed, b=2, m=13, n=257, d=5, dv=3, dtype=torch.float64):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, m, d, generator=gen, dtype=dtype)
+    k = torch.randn(b, n, d, generator=gen, dtype=dtype)
+    v = torch.randn(b, n, dv, generator=gen, dtype=dtype)
+    return q, k, v
+
+
+@pytest.mark.parametrize("separation", ["softmax", "max", "power", "identity"])
+@pytest.mark.parametrize("similarity", ["dot", "scaled_dot", "whitened_dot", "euclidean"])
+def test_streamed_blocks_equal_the_whole_score_matrix(similarity, separation):
+    q, k, v = _data(0)
+    metric = torch.eye(5, dtype=torch.float64) + 0.1
+    beta = 0.6
+    if similarity == "dot":
+        s = q @ k.mT
+    elif similarity == "scaled_dot":
+        s = q @ k.mT / np.sqrt(5)
+    elif similarity == "whitened_dot":
+        s = q @ metric @ k.mT
+    else:
+        s = -torch.cdist(q, k)
+    s = (beta * s).numpy()
+    if separation == "softmax":
+        w = softmax(s, axis=-1)
+    elif separation == "max":
+        w = (s == s.max(-1, keepdims=True)).astype(float)
+    elif separation == "power":
+        w = s**3
+    else:
+        w = s
+    expected = w @ v.numpy()
+    for budget in (8 * 3 * 2 * 7 * 5, 8 * 3 * 2 * 13 * 64, 2**30):  # 7-key, 64-key, one block
+        got = _streamed(q, k, v, similarity, separation, beta, 3, metric, False, budget)
+        np.testing.assert_allclose(got.numpy(), expected, rtol=1e-10, atol=1e-11)
+
+
+def test_chunk_sizes_follow_the_budget():
+    for budget in (2**12, 2**20, 2**28):
+        qb, kb = chunk_sizes(3, 4096, 200_000, 4, budget)
+        assert 3 * 4 * 3 * qb * kb <= max(budget, 3 * 4 * 3)
+    small, large = chunk_sizes(1, 4096, 200_000, 4, 2**20), chunk_sizes(1, 4096, 200_000, 4, 2**28)
+    assert small[0] * small[1] < large[0] * large[1]
+
+
+@pytest.mark.parametrize("similarity", ["dot", "scaled_dot", "whitened_dot"])
+def test_fused_softmax_equals_explicit_softmax(similarity):
+    q, k, v = _data(1)
+    metric = torch.eye(5, dtype=torch.float64) * 0.5
+    got = _fused_softmax(q, k, v, similarity, 1.7, metric)
+    scale = 1.7 / np.sqrt(5) if similarity == "scaled_dot" else 1.7
+    qm = q @ metric if similarity == "whitened_dot" else q
+    expected = softmax(scale * (qm @ k.mT).numpy(), axis=-1) @ v.numpy()
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-11, atol=1e-12)
+
+
+def test_associate_softmax_float32_matches_float64_reference():
+    q, k, v = _data(2, b=1, m=64, n=3000, d=16, dv=16, dtype=torch.float32)
+    got = associate(q[0], k[0], v[0], similarity="scaled_dot", separation="softmax")
+    s = q[0].double() @ k[0].double().T / 4.0
+    expected = softmax(s.numpy(), axis=-1) @ v[0].double().numpy()
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_streamed_softmax_gradients_equal_plain_autograd():
+    q, k, v = (t.requires_grad_() for t in _data(3, m=4, n=40))
+    out = _streamed(q, k, v, "euclidean", "softmax", 0.8, 2, None, False, 8 * 3 * 2 * 4 * 6)
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    plain = torch.softmax(-0.8 * torch.cdist(q, k), -1) @ v
+    expected = torch.autograd.grad(plain.sum(), (q, k, v))
+    for g, e in zip(grads, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-12)
+
+
+def test_linear_attention_q_ktv_equals_qkt_v():
+    q, k, v = _data(4, n=50)
+    expected = (q @ k.mT) @ v
+    torch.testing.assert_close(associate(q, k, v), expected, rtol=1e-12, atol=1e-12)
+    metric = torch.eye(5, dtype=torch.float64) + 0.2
+    got = associate(q, k, v, similarity="whitened_dot", metric=metric)
+    torch.testing.assert_close(got, (q @ metric @ k.mT) @ v, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(3, 40, 6), (2, 6, 6), (2, 4, 7)])
+def test_r_svd_gives_the_singular_values_and_right_vectors(shape):
+    x = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    sigma, vecs = right_singular(x)
+    _, s_ref, _ = np.linalg.svd(x.numpy())
+    k = min(shape[1:])
+    np.testing.assert_allclose(sigma.numpy()[:, :k], s_ref, rtol=1e-12)
+    assert vecs.shape == (shape[0], shape[2], shape[2])
+    torch.testing.assert_close(
+        vecs.mT @ vecs, torch.eye(shape[2], dtype=torch.float64).expand_as(vecs)
+    )
+    w = whitening_matrix(x, ridge=0.1).matrix
+    gram = x.mT @ x + 0.1 * torch.eye(shape[2], dtype=torch.float64)
+    torch.testing.assert_close(w @ w.mT, torch.linalg.inv(gram), rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("method", ["cholesky", "svd", "eigh"])
+def test_ols_transformer_predict_equals_lstsq_and_normal_equations(method):
+    x, y, xq = p1_data(16, 20, 4, 7, seed=6)
+    got = OLSTransformer(method=method).predict(x, y, xq)
+    expected = np.stack(
+        [
+            a @ np.linalg.lstsq(c, t, rcond=None)[0]
+            for c, t, a in zip(x.numpy(), y.numpy(), xq.numpy(), strict=True)
+        ]
+    )
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(lstsq_predict(x, y, xq).numpy(), expected, rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(cholesky_predict(x, y, xq).numpy(), expected, rtol=1e-9, atol=1e-10)
+
+
+def test_predict_fast_path_equals_fit_then_literal_forward():
+    x, y, xq = p1_data(5, 30, 3, 4, seed=7)
+    fast = OLSTransformer(method="cholesky").predict(x, y, xq)
+    layer = OLSTransformer(method="cholesky").fit(x, y)
+    literal = ((xq @ layer.w_q) @ (x @ layer.w_k).mT @ (x @ layer.w_v)) @ layer.w_p / layer.scale
+    torch.testing.assert_close(fast, literal, rtol=1e-10, atol=1e-11)
+    recorded = OLSTransformer(method="cholesky").recording().predict(x, y, xq)
+    torch.testing.assert_close(recorded, literal, rtol=1e-10, atol=1e-11)
+    att = OLSAttention().predict(x, y, xq)
+    torch.testing.assert_close(att, literal, rtol=1e-9, atol=1e-10)
+
+
+def test_nan_in_a_predict_input_is_still_named():
+    x, y, xq = p1_data(2, 10, 3, 2)
+    x[1, 4, 2] = float("nan")
+    with pytest.raises(ValueError, match=r"x_ctx: contains NaN at index \(1, 4, 2\)"):
+        OLSTransformer(method="cholesky").predict(x, y, xq)
+    big = torch.full((4, 3), 3e38, dtype=torch.float32)  # finite, but its sum overflows
+    assert associate(big[:1] * 0, big, big[:, :1] * 0).shape == (1, 1)
+
+
+@pytest.mark.parametrize("n", [64, 1000, 1003])
+def test_blocked_qr_gives_the_same_triangular_factor(monkeypatch, n):
+    from attnreg.core import whitening
+
+    monkeypatch.setattr(whitening, "TSQR_BLOCK_BYTES", 8 * 2 * 6 * 20)  # blocks of 24 rows
+    x = torch.randn(2, n, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
+    r = whitening._triangular_factor(x)
+    assert r.shape == (2, 6, 6)
+    torch.testing.assert_close(r.mT @ r, x.mT @ x, rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(torch.triu(r), r)
+    sigma, _ = right_singular(x)
+    np.testing.assert_allclose(sigma.numpy(), np.linalg.svd(x.numpy())[1], rtol=1e-12)
