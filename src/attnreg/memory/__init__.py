@@ -1,0 +1,33 @@
+"""Associative memories in the Universal Hopfield form, with their energies.
+
+``retrieve(q) = Vᵀ sep(β · sim(K, q))`` (Millidge et al. 2022) on the chunked
+:func:`attnreg.core.associate` kernel:
+
+* :class:`PseudoInverseMemory` — regression memory (whitened dot, identity): capacity ``d``;
+* :class:`HebbianMemory` — Hopfield (1982): capacity ``0.138 d`` / ``d / (2 ln d)``;
+* :class:`DenseAssociativeMemory` — Krotov & Hopfield (2016), ``F(x) = xⁿ``: ``∝ d^{n−1}``;
+* :class:`ModernHopfield` — softmax (Demircigil et al. 2017; Ramsauer et al. 2020):
+  exponential in ``d``;
+* :class:`UniversalHopfieldMemory` — any similarity × separation cell of the grid.
+"""
+
+from attnreg.memory.base import krotov_hopfield_coefficients, polynomial_associate
+from attnreg.memory.classical import (
+    DenseAssociativeMemory,
+    HebbianMemory,
+    PseudoInverseMemory,
+    dam_capacity_theory,
+)
+from attnreg.memory.modern import GRID_SIMILARITIES, ModernHopfield, UniversalHopfieldMemory
+
+__all__ = [
+    "GRID_SIMILARITIES",
+    "DenseAssociativeMemory",
+    "HebbianMemory",
+    "ModernHopfield",
+    "PseudoInverseMemory",
+    "UniversalHopfieldMemory",
+    "dam_capacity_theory",
+    "krotov_hopfield_coefficients",
+    "polynomial_associate",
+]

@@ -1,0 +1,210 @@
+"""Modern Hopfield (softmax attention) memory and the Universal Hopfield grid.
+
+Both are ``Vᵀ sep(β · sim(K, q))`` (Millidge et al. 2022) evaluated by
+:func:`attnreg.core.associate`: streaming softmax / top-1 over blocks of memories, so millions
+of memories are searched without the queries × memories score matrix.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from attnreg.core.associate import DEFAULT_MEMORY_BUDGET, SEPARATIONS, associate, chunk_sizes
+from attnreg.core.validation import check_choice, check_positive, check_positive_int
+from attnreg.core.whitening import whitening_matrix
+from attnreg.memory.base import check_patterns, check_states, polynomial_associate
+
+GRID_SIMILARITIES = ("dot", "euclidean", "manhattan", "whitened_dot")
+DISTANCES = ("euclidean", "manhattan")
+
+
+class ModernHopfield:
+    """Softmax modern Hopfield network (Ramsauer et al. 2020; Demircigil et al. 2017 for
+    ``F(x) = exp(x)``): ``ξ ← Xᵀ softmax(β X ξ)`` — one step is softmax attention.
+
+    Energy (Ramsauer et al., eq. 2): ``E(ξ) = −β⁻¹ log Σ_i exp(β x_iᵀ ξ) + ½ ξᵀξ + β⁻¹ log N
+    + ½ M²`` with ``M = max_i ‖x_i‖``; the update is the concave-convex procedure for ``E`` and
+    never increases it (their Theorem 1). Capacity is exponential in ``d`` (Demircigil et al.:
+    about ``2^{d/2}`` random ±1 patterns all fixed points).
+
+    ``retrieve`` iterates up to ``max_steps`` updates, stopping early once no coordinate moves
+    by more than ``tol``. With ``values`` (hetero-association) one step returns values.
+    """
+
+    def __init__(
+        self,
+        beta: float = 1.0,
+        max_steps: int = 1,
+        tol: float = 1e-6,
+        memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    ) -> None:
+        self.beta = beta
+        self.max_steps = max_steps
+        self.tol = tol
+        self.memory_budget = memory_budget
+
+    def store(self, patterns: Any, values: Any = None) -> ModernHopfield:
+        """Store patterns ``X (N, d)`` (and optional values ``(N, dv)``)."""
+        check_positive("beta", self.beta)
+        check_positive_int("max_steps", self.max_steps)
+        self.patterns_ = check_patterns("patterns", patterns)
+        self.values_ = None
+        if values is not None:
+            self.values_ = check_patterns("values", values).to(self.patterns_.dtype)
+            if self.values_.shape[0] != self.patterns_.shape[0]:
+                raise ValueError(
+                    f"patterns and values disagree on N: patterns shape "
+                    f"{tuple(self.patterns_.shape)}, values shape {tuple(self.values_.shape)}"
+                )
+        return self
+
+    def _step(self, q: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        out = associate(
+            q,
+            self.patterns_,
+            values,
+            separation="softmax",
+            beta=self.beta,
+            memory_budget=self.memory_budget,
+        )
+        assert isinstance(out, torch.Tensor)
+        return out
+
+    def retrieve(self, queries: Any, steps: int | None = None) -> torch.Tensor:
+        """``Xᵀ softmax(β X ξ)`` iterated (auto-association) or once (hetero-association)."""
+        x = self.patterns_
+        q, single = check_states("queries", queries, x.shape[1], x.dtype)
+        if self.values_ is not None:
+            out = self._step(q, self.values_)
+            return out[0] if single else out
+        steps = self.max_steps if steps is None else check_positive_int("steps", steps)
+        for _ in range(steps):
+            new = self._step(q, x)
+            moved = float((new - q).abs().max())
+            q = new
+            if moved <= self.tol:
+                break
+        return q[0] if single else q
+
+    def log_sum_exp(self, states: torch.Tensor) -> torch.Tensor:
+        """``log Σ_i exp(β x_iᵀ ξ)`` per state, streamed over blocks of patterns."""
+        x = self.patterns_
+        _, block = chunk_sizes(1, states.shape[0], x.shape[0], x.element_size(), self.memory_budget)
+        best = torch.full((states.shape[0],), -math.inf, dtype=x.dtype, device=x.device)
+        total = torch.zeros_like(best)
+        for start in range(0, x.shape[0], block):
+            scores = self.beta * states @ x[start : start + block].mT
+            new_best = torch.maximum(best, scores.amax(-1))
+            total = total * torch.exp(best - new_best) + torch.exp(
+                scores - new_best.unsqueeze(-1)
+            ).sum(-1)
+            best = new_best
+        return best + torch.log(total)
+
+    def energy(self, states: Any) -> torch.Tensor:
+        """Ramsauer et al.'s energy ``E(ξ)`` per state."""
+        x = self.patterns_
+        s, single = check_states("states", states, x.shape[1], x.dtype)
+        n = x.shape[0]
+        big_m = float(x.norm(dim=1).max())
+        e = (
+            -self.log_sum_exp(s) / self.beta
+            + 0.5 * (s * s).sum(-1)
+            + math.log(n) / self.beta
+            + 0.5 * big_m**2
+        )
+        return e[0] if single else e
+
+
+class UniversalHopfieldMemory:
+    """One cell of the Universal Hopfield grid (Millidge et al. 2022):
+    ``retrieve(q) = Vᵀ sep(β · sim(K, q))``, one step.
+
+    Similarities: ``dot``, ``euclidean`` (``−‖q − k‖₂``), ``manhattan`` (``−‖q − k‖₁``),
+    ``whitened_dot`` (``q S⁺ kᵀ``, ``S = KᵀK``). Separations: ``identity``, ``power`` (``xⁿ``),
+    ``softmax``, ``max`` (one-hot arg-max, i.e. nearest pattern). With ``normalize`` the
+    identity / power weights are divided by their sum (softmax and max are normalised already).
+
+    Distance similarities are negative, so before identity / power separation they are shifted
+    to be non-negative: weights ``(c + β·sim)ⁿ`` with the per-query ``c = β (‖q‖ + max_k ‖k‖)``
+    (same norm as the distance; the triangle inequality makes every weight ≥ 0). Softmax and
+    max are shift-invariant, so no shift is applied there.
+    """
+
+    def __init__(
+        self,
+        similarity: str = "euclidean",
+        separation: str = "softmax",
+        beta: float = 1.0,
+        power: int = 2,
+        normalize: bool = True,
+        memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    ) -> None:
+        self.similarity = similarity
+        self.separation = separation
+        self.beta = beta
+        self.power = power
+        self.normalize = normalize
+        self.memory_budget = memory_budget
+
+    def store(self, keys: Any, values: Any = None) -> UniversalHopfieldMemory:
+        """Store keys ``(N, d)`` and values (default: the keys themselves)."""
+        check_choice("similarity", self.similarity, GRID_SIMILARITIES)
+        check_choice("separation", self.separation, SEPARATIONS)
+        check_positive("beta", self.beta)
+        check_positive_int("power", self.power)
+        k = check_patterns("keys", keys)
+        v = k if values is None else check_patterns("values", values).to(k.dtype)
+        if v.shape[0] != k.shape[0]:
+            raise ValueError(
+                f"keys and values disagree on N: keys shape {tuple(k.shape)}, "
+                f"values shape {tuple(v.shape)}"
+            )
+        self.keys_, self.values_ = k, v
+        self.metric_ = None
+        if self.similarity == "whitened_dot":
+            w = whitening_matrix(k, warn=False).matrix[0]
+            self.metric_ = w @ w.mT
+        return self
+
+    def retrieve(self, queries: Any) -> torch.Tensor:
+        """``Vᵀ sep(β · sim(K, q))`` for queries ``(M, d)`` (or one ``(d,)`` query)."""
+        k, v = self.keys_, self.values_
+        q, single = check_states("queries", queries, k.shape[1], k.dtype)
+        shifted = self.similarity in DISTANCES and self.separation in ("identity", "power")
+        if not shifted:
+            out = associate(
+                q,
+                k,
+                v,
+                similarity=self.similarity,
+                separation=self.separation,
+                beta=self.beta,
+                power=self.power,
+                metric=self.metric_,
+                normalize=self.normalize,
+                memory_budget=self.memory_budget,
+            )
+            assert isinstance(out, torch.Tensor)
+            return out[0] if single else out
+        p = 2.0 if self.similarity == "euclidean" else 1.0
+        offset = self.beta * (q.norm(p=p, dim=1) + k.norm(p=p, dim=1).max())
+        n = 1 if self.separation == "identity" else self.power
+        ones = torch.ones(k.shape[0], 1, dtype=k.dtype, device=k.device)
+        aug = torch.cat([v, ones], 1) if self.normalize else v
+        out = polynomial_associate(
+            q,
+            k,
+            aug,
+            [0.0] * n + [1.0],
+            similarity=self.similarity,
+            scale=self.beta,
+            offset=offset,
+            memory_budget=self.memory_budget,
+        )
+        if self.normalize:
+            out = out[:, :-1] / out[:, -1:]
+        return out[0] if single else out

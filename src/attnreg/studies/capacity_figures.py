@@ -1,0 +1,217 @@
+"""Figures of the capacity study: N_max(d) per family with theory, the Universal Hopfield grids,
+and corrupted digit queries next to their retrievals."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from attnreg.core.associate import SEPARATIONS
+from attnreg.memory import GRID_SIMILARITIES
+from attnreg.output import save_figure
+from attnreg.studies.capacity_families import DIGITS_PANEL_CELLS
+from attnreg.studies.common import FigureRecord
+
+
+def _curve(rows: list[dict[str, Any]], family: str) -> tuple[np.ndarray, ...]:
+    sel = sorted(
+        (r for r in rows if r["kind"] == "capacity" and r["family"] == family),
+        key=lambda r: r["d"],
+    )
+    d = np.array([r["d"] for r in sel], dtype=float)
+    n = np.array([r["n_max"] for r in sel], dtype=float)
+    sd = np.array([r["n_max_std"] for r in sel], dtype=float)
+    theory = np.array([r["n_max_theory"] for r in sel], dtype=float)
+    return d, n, sd, theory
+
+
+def _positive(values: np.ndarray) -> np.ndarray:
+    return np.where(values > 0, values, np.nan)
+
+
+def capacity_figure(rows: list[dict[str, Any]]) -> plt.Figure:
+    """``N_max`` against ``d`` for each family, with the theory curves."""
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+    ax = axes[0, 0]
+    d, n, sd, _ = _curve(rows, "pinv")
+    if len(d):
+        ax.errorbar(d, _positive(n), yerr=sd, fmt="o", label="measured (exact recall)")
+        ax.plot(d, d, "k--", label="theory: d")
+    ax.set(xscale="log", yscale="log", title="pseudo-inverse (regression) memory")
+    ax = axes[0, 1]
+    heb = sorted({r["epsilon"] for r in rows if r.get("family", "").startswith("hebbian")})
+    if heb:
+        mid = heb[len(heb) // 2]
+        d, n, sd, theory = _curve(rows, f"hebbian@{mid:g}")
+        _, low, _, _ = _curve(rows, f"hebbian@{heb[0]:g}")
+        _, high, _, _ = _curve(rows, f"hebbian@{heb[-1]:g}")
+        ax.fill_between(
+            d,
+            _positive(low),
+            _positive(high),
+            alpha=0.25,
+            label=f"success {1 - heb[-1]:g} .. {1 - heb[0]:g}",
+        )
+        ax.errorbar(d, _positive(n), yerr=sd, fmt="o", label=f"measured (eps = {mid:g})")
+        ax.plot(d, theory, "k--", label="theory: 0.138 d")
+        ax.plot(d, d / (2 * np.log(d)), "k:", label="error-free: d / (2 ln d)")
+    ax.set(xscale="log", yscale="log", title="Hebbian Hopfield, 10% flipped bits")
+    ax = axes[0, 2]
+    for power, color in ((2, "C0"), (3, "C1"), (4, "C2")):
+        d, n, sd, theory = _curve(rows, f"dam{power}")
+        if len(d):
+            ax.errorbar(d, _positive(n), yerr=sd, fmt="o", color=color, label=f"n = {power}")
+            ax.plot(d, theory, "--", color=color)
+    ax.set(
+        xscale="log",
+        yscale="log",
+        title="dense associative memory F(x) = x^n\n(dashed: d^(n-1) / (2 (2n-3)!! ln d))",
+    )
+    for ax, family, title in (
+        (axes[1, 0], "softmax", "softmax modern Hopfield, ±1 patterns"),
+        (axes[1, 1], "softmax_sphere", "softmax modern Hopfield, sphere patterns"),
+    ):
+        d, n, sd, theory = _curve(rows, family)
+        if len(d):
+            ax.errorbar(d, _positive(n), yerr=sd, fmt="o", label="measured")
+            if np.isfinite(theory).any():
+                ax.plot(d, theory, "k--", label="nearest-pattern estimate")
+            ax.plot(d, 2 ** (d / 2), "k:", label="2^(d/2) (Demircigil et al.)")
+        ax.set(yscale="log", title=title)
+    ax = axes[1, 2]
+    for family, label in (
+        ("pinv", "pseudo-inverse"),
+        ("dam3", "DAM n = 3"),
+        ("softmax", "softmax (±1)"),
+    ):
+        d, n, _, _ = _curve(rows, family)
+        if len(d):
+            ax.plot(d, _positive(n), "o-", label=label)
+    ax.set(xscale="log", yscale="log", title="linear → polynomial → exponential")
+    for ax in axes.flat:
+        ax.set_xlabel("d")
+        ax.set_ylabel("N_max")
+        ax.legend(fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def grid_figure(rows: list[dict[str, Any]]) -> plt.Figure:
+    """Heatmaps of the Universal Hopfield grid: digits recall per (query, N), random N_max."""
+    recall = [r for r in rows if r["kind"] == "recall"]
+    panels = sorted({(r["query"], r["n"]) for r in recall})
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(4.2 * (len(panels) + 1), 4))
+    axes = np.atleast_1d(axes)
+    for ax, (query, n) in zip(axes, panels, strict=False):
+        cells = {
+            (r["similarity"], r["separation"]): r["recall"]
+            for r in recall
+            if r["query"] == query and r["n"] == n
+        }
+        grid = np.array([[cells[(s, p)] for p in SEPARATIONS] for s in GRID_SIMILARITIES])
+        _heatmap(ax, grid, f"digits, {query} query, N = {n}\nrecall fraction", "{:.2f}", 0, 1)
+    cap = {
+        r["family"]: r for r in rows if r["kind"] == "capacity" and r["family"].startswith("uhn:")
+    }
+    if cap:
+        grid = np.array(
+            [
+                [math.log10(max(cap[f"uhn:{s}/{p}"]["n_max"], 1)) for p in SEPARATIONS]
+                for s in GRID_SIMILARITIES
+            ]
+        )
+        any_row = next(iter(cap.values()))
+        _heatmap(
+            axes[-1],
+            grid,
+            f"random ±1, d = {any_row['d']}, {any_row['query']}\nlog10 N_max",
+            "{:.1f}",
+            0,
+            None,
+        )
+    fig.tight_layout()
+    return fig
+
+
+def _heatmap(
+    ax: Any, grid: np.ndarray, title: str, fmt: str, vmin: float, vmax: float | None
+) -> None:
+    image = ax.imshow(grid, cmap="viridis", vmin=vmin, vmax=vmax)
+    ax.set_xticks(range(len(SEPARATIONS)), SEPARATIONS)
+    ax.set_yticks(range(len(GRID_SIMILARITIES)), GRID_SIMILARITIES)
+    ax.set_title(title, fontsize=9)
+    for i in range(grid.shape[0]):
+        for j in range(grid.shape[1]):
+            ax.text(
+                j,
+                i,
+                fmt.format(grid[i, j]),
+                ha="center",
+                va="center",
+                color="white" if grid[i, j] < (np.nanmax(grid) / 2) else "black",
+                fontsize=8,
+            )
+    plt.colorbar(image, ax=ax, fraction=0.046)
+
+
+def digits_panel_figure(panel: dict[str, torch.Tensor]) -> plt.Figure:
+    """Stored digits, their corrupted queries, and the retrieval of several grid cells (one
+    mosaic image: a row per key of ``panel``, a column per digit)."""
+    labels = ["original:mask", "query:mask"] + [f"{c}:mask" for c in DIGITS_PANEL_CELLS]
+    labels += ["original:noise", "query:noise"] + [f"{c}:noise" for c in DIGITS_PANEL_CELLS]
+    labels = [k for k in labels if k in panel]
+    cols = panel[labels[0]].shape[0]
+    mosaic = np.full((9 * len(labels) + 1, 9 * cols + 1), np.nan)
+    for i, key in enumerate(labels):
+        images = panel[key].detach().cpu().numpy().reshape(-1, 8, 8)
+        for j in range(cols):
+            mosaic[1 + 9 * i : 9 + 9 * i, 1 + 9 * j : 9 + 9 * j] = images[j]
+    fig, ax = plt.subplots(figsize=(0.9 * cols + 2.5, 0.9 * len(labels)))
+    ax.imshow(np.clip(mosaic, 0, 1), cmap="gray_r", vmin=0, vmax=1, interpolation="nearest")
+    ax.set_xticks([])
+    ax.set_yticks([5 + 9 * i for i in range(len(labels))], labels, fontsize=7)
+    ax.set_title("digits: stored, corrupted query, retrieval (similarity/separation:query)")
+    fig.tight_layout()
+    return fig
+
+
+def make_figures(
+    rows: list[dict[str, Any]], panel: dict[str, torch.Tensor], config: Any, out_dir: str | Path
+) -> list[FigureRecord]:
+    """Save the three figures (PNG + SVG) into ``out_dir``; return their records."""
+    profile = f"seed {config.seed}, {config.seeds} seeds, eps = {config.epsilon:g}"
+    records = []
+    specs = [
+        (
+            "capacity_vs_d",
+            capacity_figure(rows),
+            f"N_max(d) per memory family with theory curves ({profile}).",
+        ),
+        (
+            "capacity_uhn_grid",
+            grid_figure(rows),
+            f"Universal Hopfield grid: similarity x separation ({profile}, beta = "
+            f"{config.grid_beta:g}, power = {config.grid_power}).",
+        ),
+    ]
+    if panel:
+        specs.append(
+            (
+                "capacity_digits_panel",
+                digits_panel_figure(panel),
+                f"Corrupted digit queries and their retrievals (N = {config.digits_n[0]}).",
+            )
+        )
+    for stem, fig, caption in specs:
+        paths = save_figure(fig, out_dir, stem)
+        records.append(FigureRecord(paths[0], caption))
+    return records
