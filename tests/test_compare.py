@@ -1,0 +1,213 @@
+"""The compare study: baselines against scikit-learn, metrics against numpy, figures, CLI."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from sklearn.linear_model import LinearRegression
+from sklearn.linear_model import Ridge as SkRidge
+from typer.testing import CliRunner
+
+from attnreg.cli import app
+from attnreg.studies import compare_ols_transformer as olstf
+from attnreg.studies.compare import (
+    ROW_KEYS,
+    CompareConfig,
+    baseline_rows,
+    load_mode,
+    run,
+    train_cell,
+)
+from attnreg.studies.compare_metrics import (
+    best_scale_distance,
+    cosine,
+    hat_matrix,
+    inverse_covariance,
+    relative_frobenius,
+)
+from attnreg.studies.compare_probe import multi_target_probe
+
+SMALL = {
+    "data_modes": ["synthetic"],
+    "variants": ["regression", "softmax", "whitened"],
+    "whitening": [False, True],
+    "qk": ["separate", "shared"],
+    "layernorm": [False],
+    "n_train": 60,
+    "n_test": 40,
+    "d": 4,
+    "steps": 40,
+    "ols_steps": 40,
+    "probe_steps": 30,
+    "shift_magnitudes": [0.0, 1.0],
+}
+
+
+@pytest.mark.parametrize("mode", ["synthetic", "diabetes", "sine"])
+def test_baseline_rows_equal_scikit_learn(mode):
+    cfg = CompareConfig()
+    data = load_mode(cfg, mode, seed=3)
+    rows, extras = baseline_rows(data, 3, cfg.ridge)
+    ridge = SkRidge(alpha=cfg.ridge, fit_intercept=False).fit(data.x_train, data.y_train[:, 0])
+    ols = LinearRegression(fit_intercept=False).fit(data.x_train, data.y_train[:, 0])
+    by_name = {r["variant"]: r for r in rows}
+    assert set(by_name) == {"ridge", "ols"}
+    for name, est in (("ridge", ridge), ("ols", ols)):
+        train_mse = np.mean((est.predict(data.x_train) - data.y_train[:, 0]) ** 2)
+        test_mse = np.mean((est.predict(data.x_test) - data.y_test[:, 0]) ** 2)
+        assert by_name[name]["train_mse"] == pytest.approx(train_mse, rel=1e-10, abs=1e-12)
+        assert by_name[name]["test_mse"] == pytest.approx(test_mse, rel=1e-10, abs=1e-12)
+        assert set(by_name[name]) == set(ROW_KEYS)
+    np.testing.assert_allclose(
+        extras["ridge_test"].numpy()[:, 0], ridge.predict(data.x_test), atol=1e-10
+    )
+    assert by_name["ridge"]["hat_distance"] == 0.0
+    assert by_name["ridge"]["cos_to_ridge"] == pytest.approx(1.0, abs=1e-12)
+
+
+def test_metrics_against_numpy():
+    rng = np.random.default_rng(0)
+    x, q = rng.normal(size=(30, 4)), rng.normal(size=(5, 4))
+    expected = q @ np.linalg.solve(x.T @ x + 0.1 * np.eye(4), x.T)
+    np.testing.assert_allclose(hat_matrix(torch.tensor(x), 0.1, torch.tensor(q)), expected)
+    np.testing.assert_allclose(
+        inverse_covariance(torch.tensor(x)), np.linalg.inv(x.T @ x / 30), rtol=1e-10
+    )
+    a, b = rng.normal(size=(4, 4)), rng.normal(size=(4, 4))
+    cos = a.ravel() @ b.ravel() / np.linalg.norm(a) / np.linalg.norm(b)
+    assert cosine(torch.tensor(a), torch.tensor(b)) == pytest.approx(cos)
+    assert cosine(torch.tensor(a), torch.tensor(-3 * a)) == pytest.approx(-1.0)
+    rel = np.linalg.norm(a - b) / np.linalg.norm(b)
+    assert relative_frobenius(torch.tensor(a), torch.tensor(b)) == pytest.approx(rel)
+    dist, scale = best_scale_distance(torch.tensor(-0.25 * b), torch.tensor(b))
+    assert dist == pytest.approx(0.0, abs=1e-12) and float(scale) == pytest.approx(-4.0)
+    dist, _ = best_scale_distance(torch.tensor(a), torch.tensor(b))
+    s = (a * b).sum() / (a * a).sum()
+    assert dist == pytest.approx(np.linalg.norm(s * a - b) / np.linalg.norm(b))
+    with pytest.raises(ValueError, match="shapes differ"):
+        cosine(torch.ones(2), torch.ones(3))
+
+
+def test_trained_whitened_regression_attention_is_within_5_percent_of_ridge():
+    cfg = CompareConfig()
+    data = load_mode(cfg, "synthetic", seed=0)
+    _, extras = baseline_rows(data, 0, cfg.ridge)
+    sk = SkRidge(alpha=cfg.ridge, fit_intercept=False).fit(data.x_train, data.y_train)
+    ridge_mse = float(np.mean((sk.predict(data.x_test) - data.y_test) ** 2))
+    cell = train_cell(data, "regression", True, "separate", False, 0, cfg, extras)
+    assert cell.training["steps_run"] > 10
+    assert cell.row["test_mse"] <= 1.05 * ridge_mse
+    assert cell.row["cos_to_ridge"] > 0.99
+
+
+def test_small_run_writes_every_figure_and_is_deterministic(tmp_path):
+    cfg = CompareConfig(**SMALL)
+    result = run(cfg, out_dir=tmp_path)
+    again = run(cfg)
+    assert result.rows == again.rows
+    assert all(tuple(r) == ROW_KEYS for r in result.rows)
+    trained = [r for r in result.rows if r["variant"] not in ("ridge", "ols")]
+    assert len(trained) == 3 * 2 * 2
+    stems = [
+        "compare_heatmaps_synthetic",
+        "compare_effective_weights",
+        "compare_test_mse",
+        "ols_transformer_functional",
+        "ols_transformer_structural",
+        "ols_transformer_shift",
+    ]
+    for stem in stems:
+        for ext in ("png", "svg"):
+            assert (tmp_path / f"{stem}.{ext}").stat().st_size > 1000
+    assert {f.path.name for f in result.figures} == {f"{s}.png" for s in stems}
+    for name in ("compare_rows.csv", "compare_training.csv", "ols_transformer_shift.csv"):
+        assert (tmp_path / name).stat().st_size > 100
+    summary = json.loads((tmp_path / "compare_summary.json").read_text())
+    for question in (
+        "does the trained W_q W_kᵀ learn the inverse covariance?",
+        "does whitening help test MSE?",
+        "does one matrix W train as well as two factors?",
+        "... and when W_q W_kᵀ is identified (k targets at once)?",
+        "trained OLS-Transformer: functional convergence",
+        "trained OLS-Transformer: structural convergence",
+        "trained OLS-Transformer: shift sensitivity (MSE to X* w)",
+    ):
+        assert any(ch.isdigit() for ch in summary[question])
+
+
+def test_ols_transformer_training_converges_and_shift_is_measured():
+    data = load_mode(CompareConfig(n_train=80, n_test=20, d=3), "synthetic", seed=1)
+    _, curve, ref = olstf.train_one(data, steps=300, lr=0.01, seed=0, eval_every=10)
+    assert curve[0]["step"] == 0 and curve[-1]["step"] == 300
+    assert curve[-1]["rel_mse_to_ols_train"] < 1e-4 * curve[0]["rel_mse_to_ols_train"]
+    ols = LinearRegression(fit_intercept=False).fit(data.x_train, data.y_train)
+    with torch.no_grad():
+        fitted = ref(torch.tensor(data.x_test), torch.tensor(data.x_train)).numpy()
+    np.testing.assert_allclose(fitted, ols.predict(data.x_test), rtol=1e-8, atol=1e-10)
+    x0, _ = olstf.shifted_sample(data, "mean", 0.0, 4000, 0.1, seed=0)
+    x2, _ = olstf.shifted_sample(data, "mean", 2.0, 4000, 0.1, seed=0)
+    np.testing.assert_allclose(
+        (x2 - x0).numpy().mean(0), 2 * np.sqrt(np.diag(data.covariance)), rtol=1e-12
+    )
+    xs, _ = olstf.shifted_sample(data, "scale", 1.0, 4000, 0.1, seed=0)
+    np.testing.assert_allclose(xs.numpy(), 2 * x0.numpy(), rtol=1e-12)
+    xc, _ = olstf.shifted_sample(data, "covariance", 1e9, 20000, 0.1, seed=0)
+    eig = np.linalg.eigvalsh(np.cov(xc.numpy().T))
+    assert eig.max() / eig.min() < 1.2  # condition number → 1
+
+
+def test_identified_w_q_w_k_is_learned_as_the_inverse_covariance():
+    cfg = CompareConfig(
+        n_train=100,
+        n_test=50,
+        d=3,
+        condition=4.0,
+        qk=["single"],
+        whitening=[False, True],
+        probe_steps=1500,
+    )
+    probe = multi_target_probe(cfg)
+    assert set(probe) == {"single, whitening=False", "single, whitening=True"}
+    for v in probe.values():
+        assert v["targets"] == 6
+        assert v["corr"] > 0.99
+        assert v["test_mse_ratio"] < 1.05
+
+
+def test_config_refuses_unknown_names():
+    with pytest.raises(ValueError, match="data_modes: unknown value 'mnist'"):
+        CompareConfig(data_modes=["mnist"])
+    with pytest.raises(ValueError, match="variants: unknown value"):
+        CompareConfig(variants=["linear"])
+    with pytest.raises(ValueError, match="validation_fraction"):
+        CompareConfig(validation_fraction=1.0)
+    with pytest.raises(ValueError, match="seeds"):
+        CompareConfig(seeds=0)
+    with pytest.raises(ValueError, match="device: 'no-such-device'"):
+        CompareConfig(device="no-such-device")
+
+
+def test_cli_json_rows_and_errors(tmp_path):
+    config = tmp_path / "small.json"
+    config.write_text(json.dumps(SMALL | {"variants": ["regression"], "qk": ["single"]}))
+    runner = CliRunner()
+    out = tmp_path / "out"
+    res = runner.invoke(
+        app, ["compare", "--json", "--config", str(config), "--out", str(out), "--seed", "2"]
+    )
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    assert all(list(r) == list(ROW_KEYS) for r in rows)
+    assert {r["variant"] for r in rows} == {"regression", "ridge", "ols"}
+    assert {r["seed"] for r in rows} == {2}
+    assert (out / "compare_test_mse.png").stat().st_size > 0
+    config.write_text(json.dumps({"steps_per_cell": 3}))
+    bad = runner.invoke(app, ["compare", "--config", str(config), "--out", str(out)])
+    assert bad.exit_code != 0
+    assert "steps_per_cell" in bad.output
+    both = runner.invoke(app, ["compare", "--quick", "--full", "--out", str(out)])
+    assert both.exit_code != 0
+    help_text = runner.invoke(app, ["compare", "--help"]).output
+    for option in ("--quick", "--full", "--out", "--json", "--seed", "--device", "--config"):
+        assert option in help_text
