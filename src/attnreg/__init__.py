@@ -16,24 +16,47 @@ from attnreg.estimators import (
     Predictor,
     Ridge,
 )
+from attnreg.memory import (
+    DenseAssociativeMemory,
+    HebbianMemory,
+    ModernHopfield,
+    PseudoInverseMemory,
+    UniversalHopfieldMemory,
+)
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    """Lazy exports that pull in heavier modules (scipy.optimize) only when used."""
+    if name == "explain":
+        from attnreg.studies.explain import explain
+
+        return explain
+    raise AttributeError(f"module 'attnreg' has no attribute {name!r}")
+
 
 __all__ = [
     "GD",
     "OLS",
+    "DenseAssociativeMemory",
     "GDPlusPlus",
+    "HebbianMemory",
     "KernelSmoother",
     "LSAStack",
     "Mesa",
     "MesaLayer",
+    "ModernHopfield",
     "OLSAttention",
     "OLSTransformer",
     "PreconditionedGD",
     "Predictor",
+    "PseudoInverseMemory",
     "RankWarning",
     "Ridge",
+    "UniversalHopfieldMemory",
     "__version__",
     "associate",
+    "explain",
     "whitening_matrix",
 ]

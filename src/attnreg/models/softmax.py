@@ -1,0 +1,82 @@
+"""Trainable softmax self-attention in the von Oswald token layout (default: 2 heads).
+
+Same tokens and negated read-out as :class:`attnreg.models.lsa.TrainableLSA`; each head
+attends to the context tokens through a softmax over ``N`` (Vaswani et al. 2017):
+
+``e_j ← e_j + Σ_h PV_h Σ_{i≤N} softmax_i(e_iᵀ KQ_h e_j) e_i``
+
+i.e. a Nadaraya–Watson kernel smoother of the value vectors ``PV_h e_i`` (the one form of
+``math.md`` with ``sep`` = softmax). von Oswald et al. (2023) train this model with 2 heads and
+compare it with GD.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from attnreg.core.validation import check_nonnegative
+from attnreg.models.lsa import TokenModel, _init
+
+
+class SoftmaxAttention(TokenModel):
+    """Softmax attention with ``heads`` heads, ``layers`` layers (deep or recurrent); the
+    products ``KQ_h`` and ``PV_h`` are the parameters (``(L, H, D, D)``)."""
+
+    kind = "softmax"
+
+    def __init__(
+        self,
+        d: int,
+        dy: int = 1,
+        layers: int = 1,
+        heads: int = 2,
+        recurrent: bool = False,
+        init_scale: float = 0.05,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__(d, dy, layers, heads, recurrent)
+        self.init_scale = check_nonnegative("init_scale", init_scale)
+        self.seed = int(seed)
+        gen = torch.Generator().manual_seed(self.seed)
+        shape = (self.n_weight_sets, heads, self.width, self.width)
+        self.kq = _init(shape, init_scale, gen, dtype)
+        self.pv = _init(shape, init_scale, gen, dtype)
+
+    def key_query(self, layer: int = 0) -> torch.Tensor:
+        """``KQ_h``: ``(H, D, D)``."""
+        return self.kq[layer]
+
+    def value_projection(self, layer: int = 0) -> torch.Tensor:
+        """``PV_h``: ``(H, D, D)``."""
+        return self.pv[layer]
+
+    def layer(self, tokens: torch.Tensor, n_ctx: int, index: int, last: bool) -> torch.Tensor:
+        """``E ← E + Σ_h softmax(E KQ_hᵀ E_ctxᵀ) E_ctx PV_hᵀ`` (softmax over the context)."""
+        dtype = tokens.dtype
+        kq = self.kq[index].to(dtype)
+        pv = self.pv[index].to(dtype)
+        queries = tokens[:, n_ctx:] if last else tokens
+        ctx = tokens[:, :n_ctx]
+        keys = torch.einsum("bne,hed->bhnd", ctx, kq)  # KQ_hᵀ applied from the key side
+        scores = queries.unsqueeze(1) @ keys.mT  # (B, H, T, N): e_iᵀ KQ_h e_j
+        weights = torch.softmax(scores, dim=-1)
+        if self.record:
+            for h in range(self.heads):
+                self.cache[f"_heads.{h}.scores"] = scores[:, h].detach()
+                self.cache[f"_heads.{h}.weights"] = weights[:, h].detach()
+        values = ctx.unsqueeze(1) @ pv.mT.unsqueeze(0)  # (B, H, N, D)
+        return queries + (weights @ values).sum(1)
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "d": self.d,
+            "dy": self.dy,
+            "layers": self.n_layers,
+            "heads": self.heads,
+            "recurrent": self.recurrent,
+            "init_scale": self.init_scale,
+            "seed": self.seed,
+        }

@@ -1,0 +1,374 @@
+"""``explain`` — which estimator does this attention layer compute?
+
+Given any predictor with the one signature ``predict(x_ctx, y_ctx, x_query)`` (a trained
+model, a construction, an estimator), fit the nearest member of each estimator family to its
+predictions on held-out tasks and report each family's best parameter, its agreement with the
+predictor (``R² = 1 − Σ(f − p)² / Σ(p − p̄)²`` and the cosine ``⟨f, p⟩ / ‖f‖‖p‖`` over all
+tasks and queries) and the family that explains it best.
+
+Families (von Oswald et al. 2023; Ahn et al. 2023; Garg et al. 2022):
+
+=================  ==================  =====================================================
+family             parameters          fitted by
+=================  ==================  =====================================================
+OLS                —                   nothing to fit
+GD                 η (K steps)         closed form for K = 1 (predictions are linear in η),
+                                       bounded Brent search on log η otherwise
+ridge              λ                   bounded Brent search on log λ
+kernel smoother    β                   bounded Brent search on log β
+GD++               (η, γ)              Nelder–Mead on (log η, γ ≥ 0), from the GD fit
+preconditioned GD  Γ (d × d), η = 1    linear least squares for K = 1; L-BFGS otherwise
+=================  ==================  =====================================================
+
+The same fitting serves the ``icl`` study, which fits each family to the *true* query targets
+(the line-searched GD η, the fitted GD++ (η, γ), the fitted Γ).
+
+Best family: among the families whose ``R²`` is within ``tol`` of the highest, the first in
+the order above (fewest parameters first) — the simplest estimator that explains the layer.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from scipy import optimize
+
+from attnreg.core.validation import check_nonnegative, check_positive_int, check_tasks
+from attnreg.core.whitening import RankWarning
+from attnreg.estimators import (
+    GD,
+    OLS,
+    GDPlusPlus,
+    KernelSmoother,
+    PreconditionedGD,
+    Predictor,
+    Ridge,
+    gd_weights,
+)
+
+FAMILIES = ("OLS", "GD", "ridge", "kernel smoother", "GD++", "preconditioned GD")
+
+
+@dataclass
+class FamilyFit:
+    """One family's best member: its parameters, the predictor it is, and the agreement."""
+
+    family: str
+    params: dict[str, Any]
+    r2: float
+    cosine: float
+    mse: float
+    predictor: Predictor | None = field(default=None, repr=False)
+
+    def row(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("predictor")
+        out["params"] = _describe(self.params)
+        return out
+
+
+def _describe(params: dict[str, Any]) -> str:
+    parts = []
+    for key, value in params.items():
+        if isinstance(value, float):
+            parts.append(f"{key}={value:.4g}")
+        elif isinstance(value, list):
+            parts.append(f"{key}=<{len(value)}x{len(value[0]) if value else 0} matrix>")
+        else:
+            parts.append(f"{key}={value}")
+    return ", ".join(parts)
+
+
+def agreement(f: torch.Tensor, p: torch.Tensor) -> tuple[float, float, float]:
+    """``(R², cosine, MSE)`` of predictions ``f`` against reference outputs ``p``."""
+    f64, p64 = f.detach().to(torch.float64).reshape(-1), p.detach().to(torch.float64).reshape(-1)
+    res = float((f64 - p64).pow(2).sum())
+    tot = float((p64 - p64.mean()).pow(2).sum())
+    r2 = 1 - res / tot if tot > 0 else (1.0 if res == 0 else -math.inf)
+    denom = float(f64.norm() * p64.norm())
+    cos = float(f64 @ p64) / denom if denom > 0 else 0.0
+    return r2, cos, res / f64.numel()
+
+
+def _mse(f: torch.Tensor, p: torch.Tensor) -> float:
+    value = float((f - p).pow(2).mean())
+    return value if math.isfinite(value) else 1e300
+
+
+def _search(loss: Callable[[float], float], lo: float, hi: float) -> float:
+    """Minimise ``loss`` over ``[lo, hi]`` (a log-scale variable): a coarse grid, then Brent."""
+    grid = np.linspace(lo, hi, 25)
+    values = [loss(float(g)) for g in grid]
+    k = int(np.argmin(values))
+    a, b = grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]
+    if a == b:
+        return float(grid[k])
+    res = optimize.minimize_scalar(loss, bounds=(a, b), method="bounded", options={"xatol": 1e-6})
+    return float(res.x) if res.fun <= values[k] else float(grid[k])
+
+
+def fit_family(
+    family: str,
+    x_ctx: torch.Tensor,
+    y_ctx: torch.Tensor,
+    x_query: torch.Tensor,
+    target: torch.Tensor,
+    steps: int = 1,
+    score: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+) -> FamilyFit:
+    """The member of ``family`` whose predictions on ``(x_ctx, y_ctx, x_query)`` are closest (in
+    MSE) to ``target (B, M, dy)``; float64 tensors from :func:`check_tasks`. The agreement
+    (R², cosine, MSE) is measured on ``score = (x_ctx, y_ctx, x_query, target)`` if given
+    (held-out tasks, so that a family with many parameters cannot win by over-fitting), else on
+    the fitting tasks."""
+    check_positive_int("steps", steps)
+    xc, yc, xq, t = x_ctx, y_ctx, x_query, target
+    _n, _d = xc.shape[1], xc.shape[2]
+    scale = float((xc.pow(2).sum(-1)).mean())  # mean ‖x‖² ≈ tr Σ
+    predictor: Predictor
+    params: dict[str, Any]
+    if family == "OLS":
+        predictor, params = OLS(), {}
+    elif family == "GD":
+        g = GD(1.0, 1).predict(xc, yc, xq)
+        eta1 = float((g * t).sum() / (g * g).sum().clamp_min(1e-300))
+        eta1 = eta1 if eta1 > 0 else 1e-6
+        if steps == 1:
+            eta = eta1
+        else:
+            log_eta = _search(
+                lambda le: _mse(GD(math.exp(le), steps).predict(xc, yc, xq), t),
+                math.log(eta1) - 6,
+                math.log(eta1) + 1,
+            )
+            eta = math.exp(log_eta)
+        predictor, params = GD(eta, steps), {"eta": eta, "steps": steps}
+    elif family == "ridge":
+        lo, hi = math.log(1e-6 * scale), math.log(1e6 * scale)
+        log_lam = _search(lambda ll: _mse(Ridge(math.exp(ll)).predict(xc, yc, xq), t), lo, hi)
+        predictor, params = Ridge(math.exp(log_lam)), {"lam": math.exp(log_lam)}
+    elif family == "kernel smoother":
+        lo, hi = math.log(1e-3 / scale), math.log(1e3 / scale)
+        log_beta = _search(
+            lambda lb: _mse(KernelSmoother(math.exp(lb)).predict(xc, yc, xq), t), lo, hi
+        )
+        predictor, params = KernelSmoother(math.exp(log_beta)), {"beta": math.exp(log_beta)}
+    elif family == "GD++" and steps == 1:
+        # one GD++ step predicts like one GD step (the x-update acts after the y-update)
+        eta = fit_family("GD", xc, yc, xq, t, 1).params["eta"]
+        predictor, params = GDPlusPlus(eta, 0.0, 1), {"eta": eta, "gamma": 0.0}
+    elif family == "GD++":
+        start = fit_family("GD", xc, yc, xq, t, steps).params["eta"]
+
+        def loss(v: np.ndarray) -> float:
+            model = GDPlusPlus(math.exp(float(v[0])), abs(float(v[1])) / scale, steps)
+            return _mse(model.predict(xc, yc, xq), t)
+
+        res = optimize.minimize(
+            loss,
+            np.array([math.log(start), 0.0]),
+            method="Nelder-Mead",
+            options={"xatol": 1e-6, "fatol": 1e-12, "maxiter": 400},
+        )
+        eta, gamma = math.exp(float(res.x[0])), abs(float(res.x[1])) / scale
+        predictor, params = GDPlusPlus(eta, gamma, steps), {"eta": eta, "gamma": gamma}
+    elif family == "preconditioned GD":
+        gamma_m = _fit_preconditioner(xc, yc, xq, t, steps)
+        predictor = PreconditionedGD(gamma_m, 1.0, steps)
+        params = {"gamma": gamma_m.tolist(), "steps": steps}
+    else:
+        raise ValueError(f"family: unknown value {family!r}; valid names are {', '.join(FAMILIES)}")
+    if score is not None:
+        xc, yc, xq, t = score
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RankWarning)
+        pred = predictor.predict(xc, yc, xq)
+    r2, cos, mse = agreement(pred, t)
+    return FamilyFit(family, params, r2, cos, mse, predictor)
+
+
+def _fit_preconditioner(
+    xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor, t: torch.Tensor, steps: int
+) -> torch.Tensor:
+    """Γ minimising ``Σ ‖ŷ_Γ − t‖²``: one step, ``ŷ = (1/N) YᵀX Γ x_q`` is linear in Γ (least
+    squares on ``d²`` features); K steps: L-BFGS from the one-step fit."""
+    n, d = xc.shape[1], xc.shape[2]
+    c = yc.mT @ xc / n  # (B, dy, d)
+    # ŷ[b, m, k] = Σ_{a,e} c[b, k, a] Γ[a, e] xq[b, m, e]
+    feats = torch.einsum("bka,bme->bmkae", c, xq).reshape(-1, d * d)
+    sol = torch.linalg.lstsq(feats, t.reshape(-1, 1), driver="gelsd").solution
+    gamma = sol.reshape(d, d)
+    if steps == 1:
+        return gamma
+    g = gamma.clone().requires_grad_(True)
+    opt = torch.optim.LBFGS([g], max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        w = gd_weights(xc, yc, 1.0, steps, gamma=g)
+        loss = (xq @ w.mT - t).pow(2).mean()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return g.detach()
+
+
+@dataclass
+class Explanation:
+    """Every family's fit and the best family (see the module docstring for the rule)."""
+
+    fits: list[FamilyFit]
+    best: str
+    tol: float
+
+    def fit(self, family: str) -> FamilyFit:
+        for f in self.fits:
+            if f.family == family:
+                return f
+        raise KeyError(family)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [{**f.row(), "best": f.family == self.best} for f in self.fits]
+
+
+def explain(
+    predictor: Predictor | Callable[..., torch.Tensor],
+    tasks: Any,
+    steps: int = 1,
+    families: tuple[str, ...] = FAMILIES,
+    tol: float = 1e-3,
+) -> Explanation:
+    """Which estimator does ``predictor`` compute? Fit every family in ``families`` to its
+    predictions on ``tasks`` (an object with ``x_ctx, y_ctx, x_query`` — e.g.
+    :class:`attnreg.data.tasks.Tasks` — or a tuple ``(x_ctx, y_ctx, x_query)``), with ``steps``
+    steps for the iterative families; the best family is the simplest whose ``R²`` is within
+    ``tol`` of the highest."""
+    check_nonnegative("tol", tol)
+    if isinstance(tasks, tuple | list):
+        if len(tasks) != 3:
+            raise ValueError(f"tasks: expected (x_ctx, y_ctx, x_query), got {len(tasks)} items")
+        x_ctx, y_ctx, x_query = tasks
+    else:
+        x_ctx, y_ctx, x_query = tasks.x_ctx, tasks.y_ctx, tasks.x_query
+    xc, yc, xq, _ = check_tasks(x_ctx, y_ctx, x_query, dtype=torch.float64)
+    predict = predictor.predict if hasattr(predictor, "predict") else predictor
+    with torch.no_grad():
+        out = (
+            torch.as_tensor(predict(xc, yc, xq))
+            .to(torch.float64)
+            .reshape(xq.shape[0], xq.shape[1], -1)
+        )
+    if xc.shape[0] < 2:
+        raise ValueError(
+            f"tasks: need at least 2 tasks (half to fit, half to score), got {xc.shape[0]}"
+        )
+    half = xc.shape[0] // 2
+    fits = []
+    for family in sorted(families, key=lambda f: FAMILIES.index(f) if f in FAMILIES else -1):
+        if family not in FAMILIES:
+            raise ValueError(
+                f"families: unknown value {family!r}; valid names are {', '.join(FAMILIES)}"
+            )
+        fits.append(
+            fit_family(
+                family,
+                xc[:half],
+                yc[:half],
+                xq[:half],
+                out[:half],
+                steps,
+                score=(xc[half:], yc[half:], xq[half:], out[half:]),
+            )
+        )
+    top = max(f.r2 for f in fits)
+    best = next(f.family for f in fits if f.r2 >= top - tol)
+    return Explanation(fits, best, tol)
+
+
+# ---------------------------------------------------------------------------------------------
+# the study: explain a checkpoint or a construction
+
+CONSTRUCTIONS = ("gd", "ols-transformer")
+
+
+@dataclass
+class ExplainConfig:
+    """``attnreg explain`` settings: the held-out tasks and the fitting."""
+
+    seed: int = 0
+    tasks: int = 2000
+    d: int = 10
+    n_ctx: int = 10
+    inputs: str = "uniform"
+    noise_std: float = 0.0
+    steps: int | None = None
+    tol: float = 1e-3
+    eta: float = 1.0
+    threads: int = 1
+
+
+def run(
+    cfg: ExplainConfig | None = None,
+    checkpoint: str | None = None,
+    construction: str | None = None,
+) -> Any:
+    """Explain a trained model (``checkpoint``, saved by :func:`attnreg.models.save_model`) or a
+    construction (``"gd"``: the von Oswald GD layer with ``eta``; ``"ols-transformer"``) on
+    ``cfg.tasks`` held-out tasks. Returns a :class:`StudyResult` whose summary names the best
+    family."""
+    from attnreg.constructions import LSAStack, OLSTransformer
+    from attnreg.data.tasks import TaskSampler
+    from attnreg.models import load_model
+    from attnreg.studies.common import StudyResult
+    from attnreg.studies.icl import torch_threads
+    from attnreg.training import generator
+
+    cfg = cfg or ExplainConfig()
+    if (checkpoint is None) == (construction is None):
+        raise ValueError("checkpoint: give exactly one of a checkpoint file or a construction")
+    d, n_ctx, steps = cfg.d, cfg.n_ctx, cfg.steps
+    covariance: Any = None
+    predictor: Any
+    if checkpoint is not None:
+        model, meta = load_model(checkpoint)
+        d = model.d
+        n_ctx = int(meta.get("n_ctx", n_ctx))
+        steps = steps or model.n_layers
+        label = f"checkpoint {checkpoint} ({meta.get('name', model.kind)})"
+        predictor = model
+        if isinstance(meta.get("covariance"), list):  # trained on Gaussian inputs: same Σ
+            covariance = meta["covariance"]
+    else:
+        if construction not in CONSTRUCTIONS:
+            raise ValueError(
+                f"construction: unknown value {construction!r}; valid names are "
+                f"{', '.join(CONSTRUCTIONS)}"
+            )
+        predictor = LSAStack.gd(d, 1, n_ctx, cfg.eta) if construction == "gd" else OLSTransformer()
+        label = f"construction {construction}"
+    steps = steps or 1
+    inputs = "gaussian" if covariance is not None else cfg.inputs
+    sampler = TaskSampler(
+        d=d, n_ctx=n_ctx, inputs=inputs, covariance=covariance, noise_std=cfg.noise_std
+    )
+    tasks = sampler.sample(cfg.tasks, generator(7 * 10**6 + cfg.seed), torch.float64)
+    with torch_threads(cfg.threads), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ex = explain(predictor, tasks, steps=steps, tol=cfg.tol)
+    rows = [{"target": label, **r} for r in ex.rows()]
+    best = ex.fit(ex.best)
+    params = ", ".join(f"{k} = {v:.4g}" for k, v in best.params.items() if isinstance(v, float))
+    summary = {
+        "best family": f"{label}: {ex.best}"
+        + (f" ({params})" if params else "")
+        + f"; R² {best.r2:.6f}, cosine {best.cosine:.6f} on {cfg.tasks} held-out tasks "
+        f"({steps} step(s) for the iterative families)",
+    }
+    return StudyResult("explain", asdict(cfg), rows, [], summary)

@@ -1,0 +1,193 @@
+"""Figures of the ``icl`` study (matplotlib, saved as PNG + SVG by :func:`save_figure`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from attnreg.estimators import optimal_preconditioner
+from attnreg.models import TrainableLSA, gd_products
+from attnreg.output import save_figure
+from attnreg.studies.common import FigureRecord
+
+
+def _smooth(values: list[float], width: int) -> np.ndarray:
+    arr = np.asarray(values, dtype=float)
+    if width <= 1 or len(arr) < width:
+        return arr
+    kernel = np.ones(width) / width
+    return np.convolve(arr, kernel, mode="valid")
+
+
+def make_figures(
+    cfg: Any,
+    out: Path,
+    rows: list[dict[str, Any]],
+    models: dict[str, Any],
+    results: dict[str, Any],
+    histories: dict[str, list[dict[str, float]]],
+    refs: dict[str, dict[str, Any]],
+) -> list[FigureRecord]:
+    """Training curves, alignment curves, loss against N, weight heatmaps, OOD curves."""
+    from attnreg.studies.icl import MODEL_SPECS
+
+    figs: list[FigureRecord] = []
+    fig_dir = out / "figures"
+    caption_cfg = f"(attnreg icl, seed {cfg.seed}, steps {cfg.steps}/{cfg.deep_steps})"
+
+    # 1. training loss with reference lines
+    n = len(results)
+    if n:
+        fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.4), squeeze=False)
+        for ax, (name, res) in zip(axes[0], results.items(), strict=True):
+            spec = MODEL_SPECS[name]
+            width = max(1, len(res.losses) // 100)
+            curve = _smooth(res.losses, width)
+            ax.plot(np.arange(len(curve)) + width, curve, label="train loss", lw=1)
+            names = dict.fromkeys(["GD", spec.reference, "OLS"])
+            for ref_name, style in zip(names, ("--", ":", "-."), strict=False):
+                ref = refs[spec.tasks].get(ref_name)
+                if ref is None:
+                    continue
+                if ref.loss < 1e-6 * float(np.min(curve)):  # e.g. OLS, exact when N ≥ d
+                    ax.plot([], [], ls=style, color="C3", label=f"{ref_name} {ref.loss:.1e}")
+                    continue
+                ax.axhline(
+                    ref.loss,
+                    ls=style,
+                    color="k" if ref_name == "GD" else "C3",
+                    lw=1,
+                    label=f"{ref_name} {ref.loss:.4f}",
+                )
+            ax.set_yscale("log")
+            ax.set_title(name, fontsize=9)
+            ax.set_xlabel("step")
+            ax.legend(fontsize=7)
+        axes[0][0].set_ylabel("0.5 × MSE (query)")
+        fig.tight_layout()
+        save_figure(fig, fig_dir, "icl_training")
+        figs.append(
+            FigureRecord(
+                fig_dir / "icl_training.png", f"Training loss with reference lines {caption_cfg}"
+            )
+        )
+
+    # 2. alignment over training
+    if any(histories.values()):
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+        for name, hist in histories.items():
+            if not hist:
+                continue
+            steps = [h["step"] for h in hist]
+            axes[0].plot(steps, [h["cos_sensitivity"] for h in hist], label=name)
+            axes[1].plot(steps, [h["model_diff"] for h in hist], label=name)
+        axes[0].set_ylabel("sensitivity cosine vs reference")
+        axes[1].set_ylabel("‖∂ŷ/∂x_q − ∂ŷ_ref/∂x_q‖")
+        axes[1].set_yscale("log")
+        for ax in axes:
+            ax.set_xlabel("step")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        save_figure(fig, fig_dir, "icl_alignment")
+        figs.append(
+            FigureRecord(
+                fig_dir / "icl_alignment.png",
+                f"Alignment with each model's reference during training {caption_cfg}",
+            )
+        )
+
+    # 3. loss against the number of context examples
+    sweep = [r for r in rows if r.get("kind") == "context_sweep"]
+    if sweep:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name in dict.fromkeys(r["model"] for r in sweep):
+            pts = [(r["n_ctx"], r["test_loss"]) for r in sweep if r["model"] == name]
+            xs, ys = zip(*pts, strict=True)
+            ax.plot(xs, ys, marker="o", ms=3, label=name)
+        ax.axvline(cfg.d, color="grey", lw=0.8, ls=":")
+        ax.set_yscale("log")
+        ax.set_xlabel("number of context examples N")
+        ax.set_ylabel("0.5 × MSE (query)")
+        ax.set_title(f"noise σ = {cfg.sweep_noise:g}, d = {cfg.d}", fontsize=9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        save_figure(fig, fig_dir, "icl_context_sweep")
+        figs.append(
+            FigureRecord(
+                fig_dir / "icl_context_sweep.png",
+                f"Loss against the number of context examples (models "
+                f"trained at N = {cfg.n_ctx}) {caption_cfg}",
+            )
+        )
+
+    # 4. learned vs constructed weights
+    panels = []
+    lsa1 = models.get("lsa-1")
+    if isinstance(lsa1, TrainableLSA) and "GD" in refs.get("uniform", {}):
+        kq, pv = lsa1.normalised_products()
+        kq_gd, pv_gd = gd_products(lsa1.d, lsa1.dy, refs["uniform"]["GD"].eta)
+        panels += [
+            ("lsa-1 KQ (normalised)", kq[0]),
+            ("GD construction KQ", kq_gd),
+            ("lsa-1 PV (normalised)", pv[0]),
+            ("GD construction PV", pv_gd),
+        ]
+    gauss = models.get("lsa-1-gaussian")
+    if isinstance(gauss, TrainableLSA) and "gaussian" in refs:
+        from attnreg.studies.icl import make_sampler
+
+        d = gauss.d
+        kq, pv = gauss.key_query(0)[0].detach(), gauss.value_projection(0)[0].detach()
+        effective = -pv[d:, d:].mean() * kq[:d, :d]  # the Γ the layer applies (η = 1)
+        gamma = optimal_preconditioner(make_sampler(cfg, "gaussian").input_covariance, cfg.n_ctx)
+        panels += [("lsa-1-gaussian −PV_yy·KQ_xx", effective), ("optimal Γ* (Ahn et al.)", gamma)]
+    if panels:
+        cols = 2
+        rows_n = (len(panels) + 1) // cols
+        fig, axes = plt.subplots(rows_n, cols, figsize=(7, 3.2 * rows_n), squeeze=False)
+        for ax, (title, mat) in zip(axes.flat, panels, strict=False):
+            m = torch.as_tensor(mat).to(torch.float64).numpy()
+            lim = float(np.abs(m).max()) or 1.0
+            im = ax.imshow(m, cmap="RdBu_r", vmin=-lim, vmax=lim)
+            ax.set_title(title, fontsize=8)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            fig.colorbar(im, ax=ax, fraction=0.046)
+        for ax in list(axes.flat)[len(panels) :]:
+            ax.axis("off")
+        fig.tight_layout()
+        save_figure(fig, fig_dir, "icl_weights")
+        figs.append(
+            FigureRecord(
+                fig_dir / "icl_weights.png",
+                f"Learned (scale-normalised) vs constructed weights {caption_cfg}",
+            )
+        )
+
+    # 5. out-of-distribution
+    ood = [r for r in rows if r.get("kind") == "ood"]
+    if ood:
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+        for ax, shift in zip(axes, ("input_scale", "teacher_scale"), strict=True):
+            sub = [r for r in ood if r["shift"] == shift]
+            for name in dict.fromkeys(r["model"] for r in sub):
+                pts = [(r["alpha"], r["test_loss"]) for r in sub if r["model"] == name]
+                xs, ys = zip(*pts, strict=True)
+                ax.plot(xs, ys, marker="o", ms=3, label=name)
+            ax.set_xlabel(f"{shift.replace('_', ' ')} α")
+            ax.set_yscale("symlog", linthresh=1e-3)
+            ax.legend(fontsize=7)
+        axes[0].set_ylabel("0.5 × MSE (query)")
+        fig.tight_layout()
+        save_figure(fig, fig_dir, "icl_ood")
+        figs.append(
+            FigureRecord(
+                fig_dir / "icl_ood.png",
+                f"Out-of-distribution loss (inputs / teacher scaled by α) {caption_cfg}",
+            )
+        )
+    return figs

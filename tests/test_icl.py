@@ -1,0 +1,123 @@
+"""The icl study: sensitivities, the line search, alignment, P4 workload, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnreg.cli import app
+from attnreg.data.tasks import TaskSampler, random_covariance, von_oswald_tasks
+from attnreg.estimators import GD
+from attnreg.models import TrainableLSA
+from attnreg.studies.icl import (
+    JSON_KEYS,
+    ICLConfig,
+    json_rows,
+    line_search_eta,
+    run,
+    train_one_layer_to_gd,
+)
+from attnreg.studies.icl_metrics import alignment, sensitivities
+from attnreg.training import generator
+
+
+def test_sensitivities_match_finite_differences() -> None:
+    t = von_oswald_tasks(d=4, n_ctx=6, n_query=2).sample(3, generator(0), torch.float64)
+    model = TrainableLSA(4, layers=2, heads=2, init_scale=0.5, dtype=torch.float64)
+    got = sensitivities(model.forward_predict, t.x_ctx, t.y_ctx, t.x_query)  # (B, M, 1, d)
+    h = 1e-6
+    for j in range(4):
+        step = torch.zeros_like(t.x_query)
+        step[..., j] = h
+        plus = model.forward_predict(t.x_ctx, t.y_ctx, t.x_query + step)
+        minus = model.forward_predict(t.x_ctx, t.y_ctx, t.x_query - step)
+        fd = ((plus - minus) / (2 * h)).detach()
+        assert torch.allclose(got[..., 0, j], fd[..., 0], atol=1e-7)
+
+
+def test_line_searched_eta_matches_the_gaussian_closed_form() -> None:
+    # x ~ N(0, Σ), w ~ N(0, I), one GD step ŷ = η (1/N) yᵀX x_q. Independently:
+    # E[g y_q] = tr Σ², E[g²] = ((N+1) tr Σ³ + tr Σ tr Σ²)/N  (Wishart moments), so
+    # η* = N tr Σ² / ((N+1) tr Σ³ + tr Σ tr Σ²).
+    d, n = 4, 8
+    cov = random_covariance(d, condition=5.0, seed=3).numpy()
+    s2, s3 = np.trace(cov @ cov), np.trace(cov @ cov @ cov)
+    expected = n * s2 / ((n + 1) * s3 + np.trace(cov) * s2)
+    sampler = TaskSampler(d=d, n_ctx=n, inputs="gaussian", covariance=cov)
+    tasks = sampler.sample(100_000, generator(4), torch.float64)
+    assert line_search_eta(tasks) == pytest.approx(expected, rel=0.02)
+
+
+def test_alignment_of_gd_with_itself_and_with_a_scaled_gd() -> None:
+    t = von_oswald_tasks().sample(200, generator(1), torch.float64)
+    same = alignment(GD(2.0).predict, GD(2.0).predict, t.x_ctx, t.y_ctx, t.x_query)
+    assert same["cos_sensitivity"] == pytest.approx(1.0, abs=1e-12)
+    assert same["model_diff"] == 0 and same["pred_diff"] == 0
+    half = alignment(GD(1.0).predict, GD(2.0).predict, t.x_ctx, t.y_ctx, t.x_query)
+    # sensitivities are W1 = (η/N) yᵀX: same direction, half the norm
+    w1 = (t.y_ctx.mT @ t.x_ctx / 10)[:, 0]
+    assert half["cos_sensitivity"] == pytest.approx(1.0, abs=1e-12)
+    assert half["model_diff"] == pytest.approx(float(w1.norm(dim=-1).mean()), rel=1e-10)
+
+
+def test_p4_workload_reaches_the_gd_loss() -> None:
+    res = train_one_layer_to_gd(seed=0, eval_tasks=2000)
+    assert res["reached"] and res["ratio"] <= 1.02
+    assert res["steps"] < 3000
+
+
+def _tiny(**changes: object) -> ICLConfig:
+    base: dict[str, object] = {
+        "models": ["lsa-1"],
+        "steps": 60,
+        "eval_tasks": 500,
+        "fit_tasks": 500,
+        "batch": 256,
+        "sweep_tasks": 50,
+        "alignment_tasks": 50,
+        "explain_tasks": 200,
+        "eval_every": 20,
+        "lr": 3e-2,
+        "input_scales": [1.0, 2.0],
+        "teacher_scales": [1.0],
+    }
+    base.update(changes)
+    return ICLConfig(**base)  # type: ignore[arg-type]
+
+
+def test_run_is_deterministic_and_json_has_exactly_the_keys(tmp_path) -> None:
+    a = run(_tiny(), tmp_path / "a")
+    b = run(_tiny())
+    rows_a, rows_b = json_rows(a), json_rows(b)
+    assert rows_a == rows_b
+    assert [tuple(r) for r in rows_a] == [JSON_KEYS]
+    row = rows_a[0]
+    # trained from a near-zero initialisation, the model must beat the zero predictor
+    assert row["test_loss"] < next(r for r in a.rows if r["model"] == "zero")["test_loss"]
+    assert (tmp_path / "a" / "checkpoints" / "lsa-1.pt").is_file()
+    assert all(f.path.is_file() for f in a.figures)
+    assert any("context examples" in f.caption for f in a.figures)
+    sweep = [r for r in a.rows if r["kind"] == "context_sweep" and r["model"] == "OLS"]
+    assert len(sweep) == 20
+
+
+def test_cli_help_and_json(tmp_path) -> None:
+    runner = CliRunner()
+    help_text = runner.invoke(app, ["icl", "--help"]).output
+    for option in ("--quick", "--full", "--out", "--json", "--seed", "--device", "--models"):
+        assert option in help_text
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(json.dumps({k: v for k, v in _tiny().__dict__.items()}))
+    cfg = cfg.rename(tmp_path / "tiny.json")
+    result = runner.invoke(
+        app, ["icl", "--config", str(cfg), "--out", str(tmp_path / "o"), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [sorted(r) for r in rows] == [sorted(JSON_KEYS)]
+    bad = runner.invoke(app, ["icl", "--models", "lsa-9"])
+    assert bad.exit_code != 0 and "models" in bad.output

@@ -1,0 +1,126 @@
+"""Trainable LSA / softmax models against explicit per-token loops written here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attnreg.constructions import LSAStack
+from attnreg.models import SoftmaxAttention, TrainableLSA, gd_products
+
+
+def _tasks(b: int = 3, n: int = 7, m: int = 2, d: int = 4, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-0.5, 0.5, (b, n, d))
+    w = rng.normal(size=(b, 1, d))
+    q = rng.uniform(-0.5, 0.5, (b, m, d))
+    return x, x @ w.transpose(0, 2, 1), q
+
+
+def _loop_lsa(kq: np.ndarray, pv: np.ndarray, x, y, q, softmax: bool = False) -> np.ndarray:
+    """e_j ← e_j + Σ_h PV_h Σ_i a_h(i, j) e_i with a = e_iᵀ KQ_h e_j / N (linear) or the
+    softmax over i of e_iᵀ KQ_h e_j; layers (L, H, D, D); prediction = −y-entry of queries."""
+    b, n, _d = x.shape
+    out = np.zeros((b, q.shape[1], 1))
+    for t in range(b):
+        tokens = [np.concatenate([x[t, i], y[t, i]]) for i in range(n)]
+        tokens += [np.concatenate([q[t, j], [0.0]]) for j in range(q.shape[1])]
+        for layer in range(kq.shape[0]):
+            new = []
+            for e_j in tokens:
+                upd = np.zeros_like(e_j)
+                for h in range(kq.shape[1]):
+                    scores = np.array([tokens[i] @ kq[layer, h] @ e_j for i in range(n)])
+                    a = (
+                        np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
+                        if softmax
+                        else scores / n
+                    )
+                    upd += pv[layer, h] @ sum(a[i] * tokens[i] for i in range(n))
+                new.append(e_j + upd)
+            tokens = new
+        out[t, :, 0] = [-tokens[n + j][-1] for j in range(q.shape[1])]
+    return out
+
+
+@pytest.mark.parametrize("layers,heads", [(1, 1), (1, 3), (3, 2)])
+def test_lsa_forward_equals_the_token_loop(layers: int, heads: int) -> None:
+    x, y, q = _tasks()
+    model = TrainableLSA(4, layers=layers, heads=heads, init_scale=0.4, seed=1, dtype=torch.float64)
+    kq = np.stack([model.key_query(i).detach().numpy() for i in range(layers)])
+    pv = np.stack([model.value_projection(i).detach().numpy() for i in range(layers)])
+    got = model.predict(x, y, q).numpy()
+    assert np.allclose(got, _loop_lsa(kq, pv, x, y, q), atol=1e-12)
+
+
+def test_recurrent_and_gdpp_and_factored_structure() -> None:
+    x, y, q = _tasks()
+    rec = TrainableLSA(
+        4, layers=2, recurrent=True, variant="gdpp", init_scale=0.4, dtype=torch.float64
+    )
+    kq = rec.key_query(0).detach().numpy()
+    pv = rec.value_projection(0).detach().numpy()
+    assert np.all(kq[:, 4:, :] == 0) and np.all(kq[:, :, 4:] == 0)
+    assert np.all(pv[:, 4:, :4] == 0) and np.all(pv[:, :4, 4:] == 0)
+    both = np.stack([kq, kq]), np.stack([pv, pv])
+    assert np.allclose(rec.predict(x, y, q).numpy(), _loop_lsa(*both, x, y, q), atol=1e-12)
+    fac = TrainableLSA(4, variant="factored", init_scale=0.5, dtype=torch.float64)
+    assert torch.allclose(fac.key_query(0)[0], fac.w_k[0, 0].T @ fac.w_q[0, 0])
+    assert torch.allclose(fac.value_projection(0)[0], fac.proj[0, 0] @ fac.w_v[0, 0])
+
+
+def test_softmax_forward_equals_the_token_loop() -> None:
+    x, y, q = _tasks(seed=4)
+    model = SoftmaxAttention(4, heads=2, layers=2, init_scale=0.8, seed=2, dtype=torch.float64)
+    kq = np.stack([model.key_query(i).detach().numpy() for i in range(2)])
+    pv = np.stack([model.value_projection(i).detach().numpy() for i in range(2)])
+    got = model.predict(x, y, q).numpy()
+    assert np.allclose(got, _loop_lsa(kq, pv, x, y, q, softmax=True), atol=1e-12)
+
+
+def test_gd_products_are_one_gd_step_and_eta_is_read_back() -> None:
+    x, y, q = _tasks(n=9)
+    eta = 0.8
+    kq, pv = gd_products(4, 1, eta)
+    model = TrainableLSA.from_products(kq, pv)
+    # explicit GD step from W0 = 0 on L(W) = (1/2N) Σ (W x_i − y_i)²
+    n = x.shape[1]
+    w1 = np.stack([eta * (y[b].T @ x[b]) / n for b in range(len(x))])
+    expected = np.einsum("bmd,bkd->bmk", q, w1)
+    assert np.allclose(model.predict(x, y, q).numpy(), expected, atol=1e-12)
+    assert model.learned_eta() == pytest.approx(eta, rel=1e-12)
+    # the construction of attnreg.constructions holds η/N instead of η: same predictions
+    assert np.allclose(LSAStack.gd(4, 1, n, eta).predict(x, y, q).numpy(), expected, atol=1e-12)
+    # only the products are identifiable: (s·PV, KQ/s) reads the same η
+    scaled = TrainableLSA.from_products(kq / 3.0, pv * 3.0)
+    assert scaled.learned_eta() == pytest.approx(eta, rel=1e-12)
+    kq_n, pv_n = scaled.normalised_products()
+    assert torch.allclose(kq_n[0], kq) and torch.allclose(pv_n[0], pv)
+
+
+def test_attention_is_recorded_by_name() -> None:
+    x, y, q = _tasks()
+    model = TrainableLSA(4, layers=2, heads=2, dtype=torch.float64).recording()
+    model.predict(x, y, q)
+    assert {"layers.0.heads.0.scores", "layers.1.heads.1.weights"} <= set(model.cache)
+    assert model.cache["layers.0.heads.1.scores"].shape == (3, 9, 7)
+    sm = SoftmaxAttention(4).recording()
+    sm.predict(x, y, q)
+    w = sm.cache["layers.0.heads.0.weights"]
+    assert torch.allclose(w.sum(-1), torch.ones_like(w.sum(-1)))
+
+
+def test_bad_input() -> None:
+    x, y, q = _tasks()
+    model = TrainableLSA(4)
+    with pytest.raises(ValueError, match="x_ctx"):
+        model.predict(x[:, :0], y[:, :0], q)  # N = 0
+    with pytest.raises(ValueError, match="do not fit this model"):
+        TrainableLSA(5).predict(x, y, q)
+    with pytest.raises(ValueError, match="x_query"):
+        model.predict(x, y, q[..., :3])
+    with pytest.raises(ValueError, match="variant"):
+        TrainableLSA(4, variant="mlp")
+    with pytest.raises(ValueError, match="layers"):
+        TrainableLSA(4, layers=0)
