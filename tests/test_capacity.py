@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from attnreg.cli import app
+from attnreg.core.threads import torch_threads
 from attnreg.memory import dam_capacity_theory
 from attnreg.studies import capacity_families as fam
 from attnreg.studies.capacity import (
     JSON_KEYS,
     CapacityConfig,
-    _threads,
     json_rows,
     run,
     search_capacity,
@@ -96,7 +96,7 @@ def test_pinv_family_capacity_is_exactly_d():
 def test_hebbian_capacity_at_ten_percent_flips_is_near_0138_d():
     success = fam.hebbian_success(200, 0.1, 0.05, "synchronous", "cpu")
     d = 200
-    with _threads(1):
+    with torch_threads(1):
         n_max, _ = search_capacity(lambda n: success(d, n, fam.cell_generator(0, "h", d, n)), 0.1)
     assert 0.10 * d <= n_max <= 0.17 * d
 

@@ -67,9 +67,9 @@ def test_bad_input() -> None:
 
 
 def test_cli_explains_a_trained_checkpoint_as_gd(tmp_path) -> None:
+    from attnreg.core.threads import torch_threads
     from attnreg.data.tasks import query_loss
     from attnreg.models import TrainableLSA, save_model
-    from attnreg.studies.icl import torch_threads
     from attnreg.training import TrainConfig, train
 
     sampler = von_oswald_tasks()

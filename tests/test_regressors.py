@@ -7,11 +7,11 @@ from scipy.special import softmax
 from sklearn.linear_model import LinearRegression
 from sklearn.linear_model import Ridge as SkRidge
 
+from attnreg.core.threads import torch_threads
 from attnreg.models.regressors import (
     AttentionRegression,
     TrainableOLSTransformer,
     symmetric_whitening,
-    torch_threads,
 )
 
 LAM = 1e-3

@@ -9,9 +9,9 @@ import warnings
 import pytest
 import torch
 
+from attnreg.core.threads import torch_threads
 from attnreg.data.tasks import query_loss, von_oswald_tasks
 from attnreg.models import TrainableLSA, load_model, save_model
-from attnreg.studies.icl import torch_threads
 from attnreg.training import (
     PlateauWarning,
     TrainConfig,

@@ -1,6 +1,6 @@
 """P4–P6: the study workloads, each owned by its study and called here, never copied.
 
-* P4 calls ``attnreg.studies.icl.train_one_layer_to_gd(seed=…)`` for three seeds (in process);
+* P4 calls ``attnreg.studies.icl_train.train_one_layer_to_gd(seed=…)`` for three seeds (in process);
 * P5 runs the capacity study's quick profile (``attnreg.studies.capacity.run``) in a child
   process, for its wall time and its peak resident set;
 * P6 runs ``attnreg report`` (quick profile, a fresh output folder) as a child process.
@@ -64,7 +64,7 @@ def bench_p4(smoke: bool, threads: int, seeds: tuple[int, ...] = (0, 1, 2)) -> B
     workload += "line-searched one-step-GD loss; line search + evaluation included"
     unit = "s (median wall)"
     try:
-        fn = _lookup("attnreg.studies.icl", "train_one_layer_to_gd")
+        fn = _lookup("attnreg.studies.icl_train", "train_one_layer_to_gd")
     except LookupError as exc:
         return _unavailable("P4", workload, unit, P4_TARGET, str(exc))
     extra = {"eval_tasks": 200, "batch": 64, "max_steps": 20} if smoke else {}
@@ -105,7 +105,7 @@ from attnreg.bench.common import peak_rss_bytes, reset_peak
 reset_peak()
 torch.set_num_threads({threads})
 from attnreg.studies import capacity
-config = capacity.quick_config() if hasattr(capacity, "quick_config") else capacity.QUICK
+config = capacity.quick_config()
 {smoke}
 with tempfile.TemporaryDirectory() as out:
     result = capacity.run(config, out)

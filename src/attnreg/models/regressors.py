@@ -35,8 +35,6 @@ forward pass stores ``cache["scores"]`` (before separation, after scaling) and
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -47,24 +45,6 @@ from attnreg.core.whitening import whitening_matrix
 
 VARIANTS = ("softmax", "regression", "whitened")
 QK_MODES = ("shared", "separate", "single")
-
-
-@contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """Run the block with ``n`` torch intra-op threads (``None``: leave as is), then restore.
-
-    The compare study's matrices are small (hundreds of rows, d ≤ 10): there intra-op threads
-    cost more in synchronisation than they save, badly so on a loaded machine.
-    """
-    previous = torch.get_num_threads()
-    if n is not None:
-        if isinstance(n, bool) or int(n) != n or n < 1:
-            raise ValueError(f"n_threads: must be an integer >= 1 or None, got {n!r}")
-        torch.set_num_threads(int(n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def symmetric_whitening(x: torch.Tensor) -> torch.Tensor:

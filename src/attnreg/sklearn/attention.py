@@ -12,9 +12,10 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from attnreg.core.threads import torch_threads
 from attnreg.core.validation import check_choice, check_positive, check_positive_int
 from attnreg.core.whitening import RankWarning
-from attnreg.models.regressors import QK_MODES, VARIANTS, AttentionRegression, torch_threads
+from attnreg.models.regressors import QK_MODES, VARIANTS, AttentionRegression
 from attnreg.training import PlateauWarning, TrainConfig, train
 
 

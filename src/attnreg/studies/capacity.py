@@ -15,8 +15,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -24,6 +23,7 @@ import numpy as np
 import torch
 
 from attnreg.core.associate import SEPARATIONS
+from attnreg.core.threads import torch_threads
 from attnreg.core.validation import check_choice, check_positive, check_positive_int
 from attnreg.core.whitening import ConditioningWarning, RankWarning
 from attnreg.memory import GRID_SIMILARITIES
@@ -70,20 +70,26 @@ class CapacityConfig:
     n_limit: int = 2**22
 
 
-QUICK = CapacityConfig()
-FULL = CapacityConfig(
-    seeds=5,
-    queries=1000,
-    pinv_d=[8, 16, 32, 64, 128, 256],
-    hebbian_d=[100, 200, 400, 800],
-    dam2_d=[32, 64, 128, 256, 512, 1024],
-    dam3_d=[16, 32, 48, 64, 96, 128],
-    dam4_d=[16, 24, 32, 48, 64, 96],
-    softmax_d=[8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32],
-    sphere_d=[8, 12, 16, 20, 24],
-    grid_random_d=32,
-    digits_n=[100, 300, 1000, 1797],
-)
+def quick_config() -> CapacityConfig:
+    """The ``--quick`` profile (the defaults): P5 of ``quality.md``, ≤ 120 s on 2 cores."""
+    return CapacityConfig()
+
+
+def full_config() -> CapacityConfig:
+    """The ``--full`` profile: more seeds and queries, larger d for every family."""
+    return CapacityConfig(
+        seeds=5,
+        queries=1000,
+        pinv_d=[8, 16, 32, 64, 128, 256],
+        hebbian_d=[100, 200, 400, 800],
+        dam2_d=[32, 64, 128, 256, 512, 1024],
+        dam3_d=[16, 32, 48, 64, 96, 128],
+        dam4_d=[16, 24, 32, 48, 64, 96],
+        softmax_d=[8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32],
+        sphere_d=[8, 12, 16, 20, 24],
+        grid_random_d=32,
+        digits_n=[100, 300, 1000, 1797],
+    )
 
 
 def check_config(config: CapacityConfig) -> None:
@@ -269,20 +275,6 @@ def run(
     return StudyResult("capacity", asdict(config), rows, figures, summarize(rows, config))
 
 
-@contextmanager
-def _threads(count: int | None) -> Iterator[None]:
-    """Run the block with ``count`` torch threads (``None``: unchanged). Small evaluations are
-    dominated by thread start-up and, on a busy machine, by spinning threads; one is faster."""
-    before = torch.get_num_threads()
-    if count is not None and count != before:
-        torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != before:
-            torch.set_num_threads(before)
-
-
 def _capacity_row(
     config: CapacityConfig, family: fam.Family, d: int, tick: Progress
 ) -> dict[str, Any]:
@@ -293,7 +285,7 @@ def _capacity_row(
 
         def success(n: int, seed: int = seed) -> float:
             work = config.queries * d * max(n, d)
-            with _threads(1 if work < SMALL_WORK else None):
+            with torch_threads(1 if work < SMALL_WORK else None):
                 return family.success(d, n, fam.cell_generator(seed, family.key, d, n))
 
         n_max, evals = search_capacity(success, family.epsilon, family.rtol, family.n_limit)
@@ -324,7 +316,7 @@ def _pinv_check(config: CapacityConfig, tick: Progress) -> list[dict[str, Any]]:
     success = fam.pinv_success(config.device)
     rows = []
     for d in config.pinv_d:
-        with _threads(1):
+        with torch_threads(1):
             rates = {
                 n: success(d, n, fam.cell_generator(config.seed, "pinv-check", d, n))
                 for n in range(1, 2 * d + 1)
@@ -353,7 +345,7 @@ def _digits_grid(
     images = fam.load_digits_images(config.device)
     rows: list[dict[str, Any]] = []
     panel: dict[str, torch.Tensor] = {}
-    with _threads(1):
+    with torch_threads(1):
         _digits_cells(config, images, rows, panel, tick)
     return rows, panel
 

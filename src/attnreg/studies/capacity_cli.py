@@ -15,7 +15,14 @@ from rich.table import Table
 
 from attnreg.config import config_from_dict
 from attnreg.output import rows_to_json
-from attnreg.studies.capacity import FULL, QUICK, CapacityConfig, json_rows, run, task_count
+from attnreg.studies.capacity import (
+    CapacityConfig,
+    full_config,
+    json_rows,
+    quick_config,
+    run,
+    task_count,
+)
 from attnreg.studies.common import StudyResult
 
 
@@ -73,7 +80,7 @@ def capacity_command(
     (similarity x separation) on scikit-learn's digits and on random patterns."""
     if quick and full:
         raise typer.BadParameter("choose one of --quick and --full", param_hint="--quick")
-    base = FULL if full else QUICK
+    base = full_config() if full else quick_config()
     try:
         data: dict[str, Any] = {}
         if config_file is not None:

@@ -33,8 +33,9 @@ import numpy as np
 import torch
 
 from attnreg.constructions import OLSTransformer
+from attnreg.core.threads import torch_threads
 from attnreg.data.regression import RegressionData, simple_linear
-from attnreg.models.regressors import TrainableOLSTransformer, torch_threads
+from attnreg.models.regressors import TrainableOLSTransformer
 from attnreg.output import save_figure, write_csv
 from attnreg.studies.common import FigureRecord
 from attnreg.studies.compare_metrics import best_scale_distance, mse

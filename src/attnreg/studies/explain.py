@@ -324,10 +324,10 @@ def run(
     ``cfg.tasks`` held-out tasks. Returns a :class:`StudyResult` whose summary names the best
     family."""
     from attnreg.constructions import LSAStack, OLSTransformer
+    from attnreg.core.threads import torch_threads
     from attnreg.data.tasks import TaskSampler
     from attnreg.models import load_model
     from attnreg.studies.common import StudyResult
-    from attnreg.studies.icl import torch_threads
     from attnreg.training import generator
 
     cfg = cfg or ExplainConfig()

@@ -25,11 +25,9 @@ escaped it or ended stuck on it (:func:`attnreg.training.find_plateaus`).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,15 +35,29 @@ from typing import Any
 import torch
 
 from attnreg.constructions import OLSTransformer
+from attnreg.core.threads import torch_threads
 from attnreg.core.validation import check_choice, check_positive_int
-from attnreg.core.whitening import ConditioningWarning, RankWarning
-from attnreg.data.tasks import Tasks, TaskSampler, query_loss, random_covariance
-from attnreg.estimators import GD, OLS, PreconditionedGD, Predictor, Ridge, optimal_preconditioner
-from attnreg.models import SoftmaxAttention, TokenModel, TrainableLSA, gd_products, save_model
+from attnreg.data.tasks import Tasks, TaskSampler
+from attnreg.models import TokenModel, TrainableLSA, save_model
 from attnreg.studies.common import StudyResult
-from attnreg.studies.explain import explain, fit_family
+from attnreg.studies.explain import explain
 from attnreg.studies.icl_metrics import alignment
-from attnreg.training import TrainConfig, TrainResult, generator, train
+from attnreg.studies.icl_references import (
+    Reference,
+    eval_loss,
+    fit_references,
+    references_for,
+)
+from attnreg.studies.icl_sweeps import context_sweep, ood_sweep
+from attnreg.studies.icl_train import (
+    build_model,
+    interpolation_loss,
+    make_sampler,
+    model_fn,
+    preconditioner_cosine,
+    train_model,
+)
+from attnreg.training import TrainResult, generator
 
 JSON_KEYS = (
     "model",
@@ -170,308 +182,8 @@ def full_config(**changes: Any) -> ICLConfig:
     return ICLConfig(**base)
 
 
-@contextlib.contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run with ``n`` intra-op threads, restoring the previous setting afterwards."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
-# ---------------------------------------------------------------------------------------------
-# references
-
-
-@dataclass
-class Reference:
-    """A fitted reference estimator and its loss on the evaluation tasks."""
-
-    name: str
-    predictor: Predictor
-    loss: float
-    eta: float | None = None
-    params: dict[str, Any] = field(default_factory=dict)
-
-
-class ZeroPredictor:
-    """Predicts 0 for every query (the loss every model starts from)."""
-
-    def predict(self, x_ctx: Any, y_ctx: Any, x_query: Any) -> torch.Tensor:
-        xq = torch.as_tensor(x_query)
-        y = torch.as_tensor(y_ctx)
-        return xq.new_zeros(*xq.shape[:-1], y.shape[-1])
-
-
-def eval_loss(predictor: Predictor | Callable[..., torch.Tensor], tasks: Tasks) -> float:
-    """``0.5 × MSE`` of ``predictor`` on the tasks' queries (float64 inputs)."""
-    predict = predictor.predict if hasattr(predictor, "predict") else predictor
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RankWarning)
-        warnings.simplefilter("ignore", ConditioningWarning)
-        with torch.no_grad():
-            out = predict(tasks.x_ctx, tasks.y_ctx, tasks.x_query)
-    return float(query_loss(out.to(torch.float64).reshape(tasks.y_query.shape), tasks.y_query))
-
-
-def line_search_eta(tasks: Tasks) -> float:
-    """The one-step GD η minimising the query loss on ``tasks``: with ``g = (1/N) x_qᵀ XᵀY``
-    the prediction is ``η g``, so the line search is exact, ``η* = ⟨g, y_q⟩ / ⟨g, g⟩``."""
-    g = GD(1.0, 1).predict(tasks.x_ctx, tasks.y_ctx, tasks.x_query)
-    return float((g * tasks.y_query).sum() / (g * g).sum())
-
-
-def fit_references(
-    sampler: TaskSampler, fit: Tasks, test: Tasks, names: list[str]
-) -> dict[str, Reference]:
-    """Fit every named reference on ``fit`` (float64) and evaluate it on ``test``."""
-    refs: dict[str, Reference] = {}
-    args = (fit.x_ctx, fit.y_ctx, fit.x_query, fit.y_query)
-    for name in names:
-        if name == "GD":
-            eta = line_search_eta(fit)
-            pred: Predictor = GD(eta, 1)
-            refs[name] = Reference(name, pred, eval_loss(pred, test), eta, {"eta": eta})
-        elif name.startswith("GD x"):
-            k = int(name.split("x")[1])
-            f = fit_family("GD", *args, steps=k)
-            assert f.predictor is not None
-            refs[name] = Reference(
-                name, f.predictor, eval_loss(f.predictor, test), f.params["eta"], f.params
-            )
-        elif name.startswith("GD++ x"):
-            k = int(name.split("x")[1])
-            f = fit_family("GD++", *args, steps=k)
-            assert f.predictor is not None
-            refs[name] = Reference(
-                name, f.predictor, eval_loss(f.predictor, test), f.params["eta"], f.params
-            )
-        elif name == "preconditioned GD (fitted)":
-            f = fit_family("preconditioned GD", *args, steps=1)
-            assert f.predictor is not None
-            refs[name] = Reference(name, f.predictor, eval_loss(f.predictor, test), 1.0)
-        elif name == "preconditioned GD (optimal)":
-            gamma = optimal_preconditioner(sampler.input_covariance, sampler.n_ctx)
-            pred = PreconditionedGD(gamma, 1.0, 1)
-            refs[name] = Reference(name, pred, eval_loss(pred, test), 1.0)
-        elif name == "OLS":
-            refs[name] = Reference(name, OLS(), eval_loss(OLS(), test))
-        elif name == "ridge":
-            lam = max(sampler.noise_std**2, 1e-3)
-            refs[name] = Reference(
-                name, Ridge(lam), eval_loss(Ridge(lam), test), None, {"lam": lam}
-            )
-        elif name == "zero":
-            refs[name] = Reference(name, ZeroPredictor(), eval_loss(ZeroPredictor(), test))
-        else:  # pragma: no cover - names are internal
-            raise ValueError(f"reference: unknown name {name!r}")
-    return refs
-
-
-# ---------------------------------------------------------------------------------------------
-# models
-
-
-def make_sampler(cfg: ICLConfig, kind: str) -> TaskSampler:
-    """The von Oswald sampler (``"uniform"``) or Gaussian inputs with a random covariance of
-    condition number ``gaussian_condition`` (``"gaussian"``, Ahn et al. 2023)."""
-    if kind == "uniform":
-        return TaskSampler(d=cfg.d, n_ctx=cfg.n_ctx)
-    cov = random_covariance(cfg.d, cfg.gaussian_condition, seed=cfg.seed)
-    cov = cov / 12  # same trace as U(−0.5, 0.5): tr Σ = d/12
-    return TaskSampler(d=cfg.d, n_ctx=cfg.n_ctx, inputs="gaussian", covariance=cov)
-
-
-def build_model(spec: ModelSpec, cfg: ICLConfig, seed: int) -> TokenModel:
-    """A fresh model for ``spec`` with a small seeded initialisation."""
-    if spec.kind == "softmax":
-        return SoftmaxAttention(
-            cfg.d, 1, spec.layers, spec.heads, spec.recurrent, cfg.init_scale, seed
-        )
-    return TrainableLSA(
-        cfg.d, 1, spec.layers, spec.heads, spec.recurrent, spec.variant, cfg.init_scale, seed
-    )
-
-
-def train_model(
-    model: TokenModel,
-    sampler: TaskSampler,
-    test: Tasks,
-    cfg: ICLConfig,
-    steps: int,
-    seed: int,
-    reference: Reference | None = None,
-    stop_below: float | None = None,
-    eval_every: int | None = None,
-    name: str = "train",
-    history: list[dict[str, float]] | None = None,
-    plateau_reference: float | None = None,
-) -> TrainResult:
-    """Adam on fresh batches of ``cfg.batch`` tasks from ``sampler`` (float32), evaluated on
-    ``test`` every ``eval_every`` steps; alignment with ``reference`` is appended to
-    ``history`` at each evaluation when a list is given."""
-    device = torch.device(cfg.device)
-    model.to(device)
-    gen = generator(seed)
-    test32 = test.to(device=device, dtype=torch.float32)
-    n_align = min(cfg.alignment_tasks, len(test))
-    align = test.subset(slice(0, n_align))
-
-    def loss_fn(step: int) -> torch.Tensor:
-        t = sampler.sample(cfg.batch, gen, torch.float32, device)
-        return query_loss(model.forward_predict(t.x_ctx, t.y_ctx, t.x_query), t.y_query)
-
-    def eval_fn() -> float:
-        loss = float(
-            query_loss(
-                model.forward_predict(test32.x_ctx, test32.y_ctx, test32.x_query), test32.y_query
-            )
-        )
-        if history is not None and reference is not None:
-            metrics = alignment(
-                _model_fn(model),
-                reference.predictor.predict,
-                align.x_ctx,
-                align.y_ctx,
-                align.x_query,
-            )
-            history.append({"step": float(len(losses_seen)), "test_loss": loss, **metrics})
-        return loss
-
-    losses_seen: list[int] = []
-
-    def counted_loss(step: int) -> torch.Tensor:
-        losses_seen.append(step)
-        return loss_fn(step)
-
-    tc = TrainConfig(
-        steps=steps,
-        lr=cfg.lr,
-        schedule=cfg.schedule if stop_below is None else "constant",
-        clip=cfg.clip,
-        seed=seed,
-        eval_every=eval_every or cfg.eval_every,
-        stop_below=stop_below,
-        reference_loss=plateau_reference,
-        plateau_window=max(50, steps // 20),
-    )
-    return train(model, counted_loss, tc, eval_fn, progress=cfg.progress, description=name)
-
-
-def _model_fn(model: TokenModel) -> Callable[..., torch.Tensor]:
-    """The model as a differentiable float64 function of (x_ctx, y_ctx, x_query)."""
-
-    def fn(xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
-        dev = next(model.parameters()).device
-        return model.forward_predict(xc.to(dev), yc.to(dev), xq.to(dev)).to(xq.device)
-
-    return fn
-
-
-# ---------------------------------------------------------------------------------------------
-# P4: the benchmark workload
-
-
-def train_one_layer_to_gd(
-    seed: int = 0,
-    target: float = 1.02,
-    lr: float = 3e-2,
-    batch: int = 2048,
-    eval_tasks: int = 10000,
-    max_steps: int = 3000,
-    eval_every: int = 10,
-    threads: int | None = 1,
-) -> dict[str, Any]:
-    """Performance target P4 (``quality.md``), end to end: sample 10,000 evaluation tasks of the
-    von Oswald setup, line-search the one-step-GD η (exactly, on 10,000 separate tasks), and
-    train a one-layer LSA (identifiable products ``KQ``, ``PV``; Adam lr 3e-2, batch 2048,
-    float32) until its evaluation loss is within ``target ×`` the GD loss on the same tasks.
-
-    Returns wall and CPU seconds (the whole workload), steps, both losses, both η's. With
-    ``threads`` the intra-op thread count is set for the call (1 by default: each step is a few
-    small GEMMs, and a second thread costs more than it saves, especially on a shared machine).
-    """
-    check_positive_int("max_steps", max_steps)
-    ctx = torch_threads(threads) if threads else contextlib.nullcontext()
-    with ctx:
-        wall0, cpu0 = time.perf_counter(), time.process_time()
-        sampler = TaskSampler()
-        test = sampler.sample(eval_tasks, generator(10**6 + seed), torch.float32)
-        fit = sampler.sample(eval_tasks, generator(2 * 10**6 + seed), torch.float32)
-        eta = line_search_eta(fit)
-        gd_loss = eval_loss(GD(eta, 1), test)
-        model = TrainableLSA(sampler.d, init_scale=0.05, seed=seed)
-        gen = generator(seed)
-
-        def loss_fn(step: int) -> torch.Tensor:
-            t = sampler.sample(batch, gen, torch.float32)
-            return query_loss(model.forward_predict(t.x_ctx, t.y_ctx, t.x_query), t.y_query)
-
-        def eval_fn() -> float:
-            out = model.forward_predict(test.x_ctx, test.y_ctx, test.x_query)
-            return float(query_loss(out, test.y_query))
-
-        cfg = TrainConfig(
-            steps=max_steps,
-            lr=lr,
-            clip=None,
-            seed=seed,
-            eval_every=eval_every,
-            stop_below=target * gd_loss,
-            plateau_window=50,
-        )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            result = train(model, loss_fn, cfg, eval_fn, progress=False, description="P4")
-        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-    final = result.evals[-1][1]
-    return {
-        "seed": seed,
-        "wall_seconds": wall,
-        "cpu_seconds": cpu,
-        "steps": result.steps_run,
-        "reached": result.stopped == "stop_below",
-        "test_loss": final,
-        "gd_loss": gd_loss,
-        "ratio": final / gd_loss,
-        "learned_eta": model.learned_eta(),
-        "gd_eta": eta,
-        "threads": torch.get_num_threads() if not threads else threads,
-    }
-
-
 # ---------------------------------------------------------------------------------------------
 # the study
-
-
-def _references_for(spec_tasks: str, specs: list[ModelSpec]) -> list[str]:
-    names = ["GD", "OLS", "ridge", "zero"]
-    for spec in specs:
-        if spec.reference not in names:
-            names.append(spec.reference)
-        if spec.layers > 1:
-            for extra in (f"GD x{spec.layers}", f"GD++ x{spec.layers}"):
-                if extra not in names:
-                    names.append(extra)
-    if spec_tasks == "gaussian":
-        names += [
-            n
-            for n in ("preconditioned GD (fitted)", "preconditioned GD (optimal)")
-            if n not in names
-        ]
-    return names
-
-
-def _interpolation_loss(model: TrainableLSA, eta: float, test: Tasks) -> float | None:
-    """Loss of ``θ = (θ_TF + θ_GD)/2`` after scale normalisation (one-layer, one-head models)."""
-    if model.n_layers != 1 or model.heads != 1:
-        return None
-    kq, pv = model.normalised_products()
-    kq_gd, pv_gd = gd_products(model.d, model.dy, eta, kq.dtype)
-    mid = TrainableLSA.from_products((kq[0] + kq_gd) / 2, (pv[0] + pv_gd) / 2, dy=model.dy)
-    return eval_loss(mid, test)
 
 
 def run(cfg: ICLConfig | None = None, out_dir: str | Path | None = None) -> StudyResult:
@@ -500,7 +212,7 @@ def _run(cfg: ICLConfig, out: Path | None) -> StudyResult:
         fit = sampler.sample(cfg.fit_tasks, generator(2 * 10**6 + cfg.seed), torch.float64)
         tests[kind] = test
         kind_specs = [s for s in specs.values() if s.tasks == kind]
-        refs[kind] = fit_references(sampler, fit, test, _references_for(kind, kind_specs))
+        refs[kind] = fit_references(sampler, fit, test, references_for(kind, kind_specs))
         for ref in refs[kind].values():
             rows.append(
                 {
@@ -539,16 +251,16 @@ def _run(cfg: ICLConfig, out: Path | None) -> StudyResult:
         models[name], results[name], histories[name] = model, res, history
         test = tests[spec.tasks]
         metrics = alignment(
-            _model_fn(model), ref.predictor.predict, test.x_ctx, test.y_ctx, test.x_query
+            model_fn(model), ref.predictor.predict, test.x_ctx, test.y_ctx, test.x_query
         )
-        test_loss = eval_loss(_model_fn(model), test)
+        test_loss = eval_loss(model_fn(model), test)
         learned = (
             model.learned_eta()
             if isinstance(model, TrainableLSA) and spec.layers == 1 and spec.tasks == "uniform"
             else None
         )
         interp = (
-            _interpolation_loss(model, ref.eta, test)
+            interpolation_loss(model, ref.eta, test)
             if isinstance(model, TrainableLSA) and ref.eta is not None and spec.reference == "GD"
             else None
         )
@@ -574,7 +286,7 @@ def _run(cfg: ICLConfig, out: Path | None) -> StudyResult:
             "loss_ratio": test_loss / ref.loss,
             "interpolation_loss": interp,
             "preconditioner_cosine": (
-                _preconditioner_cosine(model, samplers[spec.tasks])
+                preconditioner_cosine(model, samplers[spec.tasks])
                 if isinstance(model, TrainableLSA) and spec.tasks == "gaussian"
                 else None
             ),
@@ -601,9 +313,9 @@ def _run(cfg: ICLConfig, out: Path | None) -> StudyResult:
     _headline(cfg, rows, refs, summary)
 
     # loss against the number of context examples (Garg et al. 2022), noisy labels
-    sweep_rows = _context_sweep(cfg, models, specs, refs)
+    sweep_rows = context_sweep(cfg, models, specs, refs)
     rows += sweep_rows
-    ood_rows = _ood(cfg, models, specs, refs)
+    ood_rows = ood_sweep(cfg, models, specs, refs)
     rows += ood_rows
 
     # explain: a trained one-layer LSA and the OLS-Transformer
@@ -629,18 +341,6 @@ def _run(cfg: ICLConfig, out: Path | None) -> StudyResult:
         figures = icl_figures.make_figures(cfg, out, rows, models, results, histories, refs)
     summary["wall time"] = f"{time.perf_counter() - t_start:.1f} s ({cfg.threads} thread(s))"
     return StudyResult("icl", config_dict(cfg), rows, figures, summary)
-
-
-def _preconditioner_cosine(model: TrainableLSA, sampler: TaskSampler) -> float:
-    """Cosine between the preconditioner a one-layer LSA applies, ``−Σ_h PV_h[y,y] KQ_h[x,x]``,
-    and the optimal ``Γ*`` of Ahn et al. (2023), both flattened (1 = the same up to scale)."""
-    d = model.d
-    kq, pv = model.key_query(0).detach().double(), model.value_projection(0).detach().double()
-    learned = -(pv[:, d:, d:].mean((-2, -1)).view(-1, 1, 1) * kq[:, :d, :d]).sum(0)
-    optimal = optimal_preconditioner(sampler.input_covariance, sampler.n_ctx)
-    return float(
-        torch.nn.functional.cosine_similarity(learned.reshape(1, -1), optimal.reshape(1, -1))
-    )
 
 
 def _short(params: dict[str, Any]) -> str:
@@ -694,76 +394,6 @@ def _headline(
     for name, r in by_name.items():
         if r["plateau"] and "stuck" in r["plateau"]:
             summary[f"{name} plateau"] = r["plateau"]
-
-
-def _context_sweep(
-    cfg: ICLConfig,
-    models: dict[str, TokenModel],
-    specs: dict[str, ModelSpec],
-    refs: dict[str, dict[str, Reference]],
-) -> list[dict[str, Any]]:
-    if "uniform" not in refs:
-        return []
-    sampler = make_sampler(cfg, "uniform").shifted(n_ctx=2 * cfg.d, noise_std=cfg.sweep_noise)
-    tasks = sampler.sample(cfg.sweep_tasks, generator(4 * 10**6 + cfg.seed), torch.float64)
-    lam = max(cfg.sweep_noise**2, 1e-3)
-    predictors: dict[str, Any] = {
-        name: _model_fn(m) for name, m in models.items() if specs[name].tasks == "uniform"
-    }
-    for name in ("GD", "GD x2", "GD++ x2", "GD++ x3"):
-        if name in refs["uniform"]:
-            predictors[name] = refs["uniform"][name].predictor
-    predictors["OLS"] = OLS()
-    predictors[f"ridge (λ = {lam:g})"] = Ridge(lam)
-    predictors["zero"] = ZeroPredictor()
-    rows = []
-    for n in range(1, 2 * cfg.d + 1):
-        sub = tasks.with_context(n)
-        for name, pred in predictors.items():
-            rows.append(
-                {
-                    "kind": "context_sweep",
-                    "model": name,
-                    "n_ctx": n,
-                    "test_loss": eval_loss(pred, sub),
-                    "noise_std": cfg.sweep_noise,
-                }
-            )
-    return rows
-
-
-def _ood(
-    cfg: ICLConfig,
-    models: dict[str, TokenModel],
-    specs: dict[str, ModelSpec],
-    refs: dict[str, dict[str, Reference]],
-) -> list[dict[str, Any]]:
-    if "uniform" not in refs:
-        return []
-    base = make_sampler(cfg, "uniform")
-    predictors: dict[str, Any] = {
-        name: _model_fn(m) for name, m in models.items() if specs[name].tasks == "uniform"
-    }
-    for name in ("GD", "GD++ x2"):
-        if name in refs["uniform"]:
-            predictors[name] = refs["uniform"][name].predictor
-    predictors["OLS"] = OLS()
-    rows = []
-    for shift, scales in (("input_scale", cfg.input_scales), ("teacher_scale", cfg.teacher_scales)):
-        for alpha in scales:
-            sampler = base.shifted(**{shift: float(alpha)})
-            tasks = sampler.sample(cfg.sweep_tasks, generator(5 * 10**6 + cfg.seed), torch.float64)
-            for name, pred in predictors.items():
-                rows.append(
-                    {
-                        "kind": "ood",
-                        "shift": shift,
-                        "alpha": float(alpha),
-                        "model": name,
-                        "test_loss": eval_loss(pred, tasks),
-                    }
-                )
-    return rows
 
 
 def json_rows(result: StudyResult) -> list[dict[str, Any]]:

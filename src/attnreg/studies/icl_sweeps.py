@@ -1,0 +1,87 @@
+"""The icl study's sweeps: loss against the number of context examples (Garg et al. 2022)
+and out-of-distribution input / teacher scales (von Oswald et al. 2023)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from attnreg.estimators import OLS, Ridge
+from attnreg.models import TokenModel
+from attnreg.studies.icl_references import Reference, ZeroPredictor, eval_loss
+from attnreg.studies.icl_train import make_sampler, model_fn
+from attnreg.training import generator
+
+if TYPE_CHECKING:
+    from attnreg.studies.icl import ICLConfig, ModelSpec
+
+
+def context_sweep(
+    cfg: ICLConfig,
+    models: dict[str, TokenModel],
+    specs: dict[str, ModelSpec],
+    refs: dict[str, dict[str, Reference]],
+) -> list[dict[str, Any]]:
+    if "uniform" not in refs:
+        return []
+    sampler = make_sampler(cfg, "uniform").shifted(n_ctx=2 * cfg.d, noise_std=cfg.sweep_noise)
+    tasks = sampler.sample(cfg.sweep_tasks, generator(4 * 10**6 + cfg.seed), torch.float64)
+    lam = max(cfg.sweep_noise**2, 1e-3)
+    predictors: dict[str, Any] = {
+        name: model_fn(m) for name, m in models.items() if specs[name].tasks == "uniform"
+    }
+    for name in ("GD", "GD x2", "GD++ x2", "GD++ x3"):
+        if name in refs["uniform"]:
+            predictors[name] = refs["uniform"][name].predictor
+    predictors["OLS"] = OLS()
+    predictors[f"ridge (λ = {lam:g})"] = Ridge(lam)
+    predictors["zero"] = ZeroPredictor()
+    rows = []
+    for n in range(1, 2 * cfg.d + 1):
+        sub = tasks.with_context(n)
+        for name, pred in predictors.items():
+            rows.append(
+                {
+                    "kind": "context_sweep",
+                    "model": name,
+                    "n_ctx": n,
+                    "test_loss": eval_loss(pred, sub),
+                    "noise_std": cfg.sweep_noise,
+                }
+            )
+    return rows
+
+
+def ood_sweep(
+    cfg: ICLConfig,
+    models: dict[str, TokenModel],
+    specs: dict[str, ModelSpec],
+    refs: dict[str, dict[str, Reference]],
+) -> list[dict[str, Any]]:
+    if "uniform" not in refs:
+        return []
+    base = make_sampler(cfg, "uniform")
+    predictors: dict[str, Any] = {
+        name: model_fn(m) for name, m in models.items() if specs[name].tasks == "uniform"
+    }
+    for name in ("GD", "GD++ x2"):
+        if name in refs["uniform"]:
+            predictors[name] = refs["uniform"][name].predictor
+    predictors["OLS"] = OLS()
+    rows = []
+    for shift, scales in (("input_scale", cfg.input_scales), ("teacher_scale", cfg.teacher_scales)):
+        for alpha in scales:
+            sampler = base.shifted(**{shift: float(alpha)})
+            tasks = sampler.sample(cfg.sweep_tasks, generator(5 * 10**6 + cfg.seed), torch.float64)
+            for name, pred in predictors.items():
+                rows.append(
+                    {
+                        "kind": "ood",
+                        "shift": shift,
+                        "alpha": float(alpha),
+                        "model": name,
+                        "test_loss": eval_loss(pred, tasks),
+                    }
+                )
+    return rows

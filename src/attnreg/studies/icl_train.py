@@ -1,0 +1,210 @@
+"""Training the icl study's models, the P4 workload (one LSA layer trained to the GD loss),
+and the weight-space checks of a trained one-layer LSA (von Oswald et al. 2023)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from attnreg.core.threads import torch_threads
+from attnreg.core.validation import check_positive_int
+from attnreg.data.tasks import Tasks, TaskSampler, query_loss, random_covariance
+from attnreg.estimators import GD, optimal_preconditioner
+from attnreg.models import SoftmaxAttention, TokenModel, TrainableLSA, gd_products
+from attnreg.studies.icl_metrics import alignment
+from attnreg.studies.icl_references import Reference, eval_loss, line_search_eta
+from attnreg.training import TrainConfig, TrainResult, generator, train
+
+if TYPE_CHECKING:
+    from attnreg.studies.icl import ICLConfig, ModelSpec
+
+
+def make_sampler(cfg: ICLConfig, kind: str) -> TaskSampler:
+    """The von Oswald sampler (``"uniform"``) or Gaussian inputs with a random covariance of
+    condition number ``gaussian_condition`` (``"gaussian"``, Ahn et al. 2023)."""
+    if kind == "uniform":
+        return TaskSampler(d=cfg.d, n_ctx=cfg.n_ctx)
+    cov = random_covariance(cfg.d, cfg.gaussian_condition, seed=cfg.seed)
+    cov = cov / 12  # same trace as U(−0.5, 0.5): tr Σ = d/12
+    return TaskSampler(d=cfg.d, n_ctx=cfg.n_ctx, inputs="gaussian", covariance=cov)
+
+
+def build_model(spec: ModelSpec, cfg: ICLConfig, seed: int) -> TokenModel:
+    """A fresh model for ``spec`` with a small seeded initialisation."""
+    if spec.kind == "softmax":
+        return SoftmaxAttention(
+            cfg.d, 1, spec.layers, spec.heads, spec.recurrent, cfg.init_scale, seed
+        )
+    return TrainableLSA(
+        cfg.d, 1, spec.layers, spec.heads, spec.recurrent, spec.variant, cfg.init_scale, seed
+    )
+
+
+def train_model(
+    model: TokenModel,
+    sampler: TaskSampler,
+    test: Tasks,
+    cfg: ICLConfig,
+    steps: int,
+    seed: int,
+    reference: Reference | None = None,
+    stop_below: float | None = None,
+    eval_every: int | None = None,
+    name: str = "train",
+    history: list[dict[str, float]] | None = None,
+    plateau_reference: float | None = None,
+) -> TrainResult:
+    """Adam on fresh batches of ``cfg.batch`` tasks from ``sampler`` (float32), evaluated on
+    ``test`` every ``eval_every`` steps; alignment with ``reference`` is appended to
+    ``history`` at each evaluation when a list is given."""
+    device = torch.device(cfg.device)
+    model.to(device)
+    gen = generator(seed)
+    test32 = test.to(device=device, dtype=torch.float32)
+    n_align = min(cfg.alignment_tasks, len(test))
+    align = test.subset(slice(0, n_align))
+
+    def loss_fn(step: int) -> torch.Tensor:
+        t = sampler.sample(cfg.batch, gen, torch.float32, device)
+        return query_loss(model.forward_predict(t.x_ctx, t.y_ctx, t.x_query), t.y_query)
+
+    def eval_fn() -> float:
+        loss = float(
+            query_loss(
+                model.forward_predict(test32.x_ctx, test32.y_ctx, test32.x_query), test32.y_query
+            )
+        )
+        if history is not None and reference is not None:
+            metrics = alignment(
+                model_fn(model),
+                reference.predictor.predict,
+                align.x_ctx,
+                align.y_ctx,
+                align.x_query,
+            )
+            history.append({"step": float(len(losses_seen)), "test_loss": loss, **metrics})
+        return loss
+
+    losses_seen: list[int] = []
+
+    def counted_loss(step: int) -> torch.Tensor:
+        losses_seen.append(step)
+        return loss_fn(step)
+
+    tc = TrainConfig(
+        steps=steps,
+        lr=cfg.lr,
+        schedule=cfg.schedule if stop_below is None else "constant",
+        clip=cfg.clip,
+        seed=seed,
+        eval_every=eval_every or cfg.eval_every,
+        stop_below=stop_below,
+        reference_loss=plateau_reference,
+        plateau_window=max(50, steps // 20),
+    )
+    return train(model, counted_loss, tc, eval_fn, progress=cfg.progress, description=name)
+
+
+def model_fn(model: TokenModel) -> Callable[..., torch.Tensor]:
+    """The model as a differentiable float64 function of (x_ctx, y_ctx, x_query)."""
+
+    def fn(xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
+        dev = next(model.parameters()).device
+        return model.forward_predict(xc.to(dev), yc.to(dev), xq.to(dev)).to(xq.device)
+
+    return fn
+
+
+def train_one_layer_to_gd(
+    seed: int = 0,
+    target: float = 1.02,
+    lr: float = 3e-2,
+    batch: int = 2048,
+    eval_tasks: int = 10000,
+    max_steps: int = 3000,
+    eval_every: int = 10,
+    threads: int | None = 1,
+) -> dict[str, Any]:
+    """Performance target P4 (``quality.md``), end to end: sample 10,000 evaluation tasks of the
+    von Oswald setup, line-search the one-step-GD η (exactly, on 10,000 separate tasks), and
+    train a one-layer LSA (identifiable products ``KQ``, ``PV``; Adam lr 3e-2, batch 2048,
+    float32) until its evaluation loss is within ``target ×`` the GD loss on the same tasks.
+
+    Returns wall and CPU seconds (the whole workload), steps, both losses, both η's. With
+    ``threads`` the intra-op thread count is set for the call (1 by default: each step is a few
+    small GEMMs, and a second thread costs more than it saves, especially on a shared machine).
+    """
+    check_positive_int("max_steps", max_steps)
+    ctx = torch_threads(threads) if threads else contextlib.nullcontext()
+    with ctx:
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        sampler = TaskSampler()
+        test = sampler.sample(eval_tasks, generator(10**6 + seed), torch.float32)
+        fit = sampler.sample(eval_tasks, generator(2 * 10**6 + seed), torch.float32)
+        eta = line_search_eta(fit)
+        gd_loss = eval_loss(GD(eta, 1), test)
+        model = TrainableLSA(sampler.d, init_scale=0.05, seed=seed)
+        gen = generator(seed)
+
+        def loss_fn(step: int) -> torch.Tensor:
+            t = sampler.sample(batch, gen, torch.float32)
+            return query_loss(model.forward_predict(t.x_ctx, t.y_ctx, t.x_query), t.y_query)
+
+        def eval_fn() -> float:
+            out = model.forward_predict(test.x_ctx, test.y_ctx, test.x_query)
+            return float(query_loss(out, test.y_query))
+
+        cfg = TrainConfig(
+            steps=max_steps,
+            lr=lr,
+            clip=None,
+            seed=seed,
+            eval_every=eval_every,
+            stop_below=target * gd_loss,
+            plateau_window=50,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = train(model, loss_fn, cfg, eval_fn, progress=False, description="P4")
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    final = result.evals[-1][1]
+    return {
+        "seed": seed,
+        "wall_seconds": wall,
+        "cpu_seconds": cpu,
+        "steps": result.steps_run,
+        "reached": result.stopped == "stop_below",
+        "test_loss": final,
+        "gd_loss": gd_loss,
+        "ratio": final / gd_loss,
+        "learned_eta": model.learned_eta(),
+        "gd_eta": eta,
+        "threads": torch.get_num_threads() if not threads else threads,
+    }
+
+
+def interpolation_loss(model: TrainableLSA, eta: float, test: Tasks) -> float | None:
+    """Loss of ``θ = (θ_TF + θ_GD)/2`` after scale normalisation (one-layer, one-head models)."""
+    if model.n_layers != 1 or model.heads != 1:
+        return None
+    kq, pv = model.normalised_products()
+    kq_gd, pv_gd = gd_products(model.d, model.dy, eta, kq.dtype)
+    mid = TrainableLSA.from_products((kq[0] + kq_gd) / 2, (pv[0] + pv_gd) / 2, dy=model.dy)
+    return eval_loss(mid, test)
+
+
+def preconditioner_cosine(model: TrainableLSA, sampler: TaskSampler) -> float:
+    """Cosine between the preconditioner a one-layer LSA applies, ``−Σ_h PV_h[y,y] KQ_h[x,x]``,
+    and the optimal ``Γ*`` of Ahn et al. (2023), both flattened (1 = the same up to scale)."""
+    d = model.d
+    kq, pv = model.key_query(0).detach().double(), model.value_projection(0).detach().double()
+    learned = -(pv[:, d:, d:].mean((-2, -1)).view(-1, 1, 1) * kq[:, :d, :d]).sum(0)
+    optimal = optimal_preconditioner(sampler.input_covariance, sampler.n_ctx)
+    return float(
+        torch.nn.functional.cosine_similarity(learned.reshape(1, -1), optimal.reshape(1, -1))
+    )
