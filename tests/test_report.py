@@ -10,6 +10,7 @@ from PIL import Image
 from attnreg.report.build import build_report
 from attnreg.report.page import render, section
 from attnreg.runs.store import CellResult, ResultsStore
+from attnreg.studies.registry import STUDIES
 
 
 def _png() -> str:
@@ -56,6 +57,76 @@ def verify_report(tmp_path_factory):
     return out, page
 
 
+# every study, on grids small enough for the suite (the quick profiles are P6 of quality.md)
+TINY = {
+    "capacity": {
+        "seeds": 1,
+        "queries": 50,
+        "pinv_d": [4, 8],
+        "hebbian_d": [60],
+        "hebbian_epsilons": [0.1],
+        "dam2_d": [16, 32],
+        "dam3_d": [12, 16],
+        "dam4_d": [12],
+        "softmax_d": [8, 10],
+        "sphere_d": [6, 8],
+        "grid_random_d": 10,
+        "digits_n": [30],
+    },
+    "compare": {
+        "data_modes": ["synthetic", "sine"],
+        "variants": ["regression", "softmax"],
+        "qk": ["shared"],
+        "layernorm": [False],
+        "n_train": 40,
+        "n_test": 20,
+        "d": 3,
+        "steps": 20,
+        "ols_steps": 20,
+        "probe_steps": 20,
+        "shift_magnitudes": [0.0, 1.0],
+    },
+    "icl": {
+        "models": ["lsa-1"],
+        "steps": 30,
+        "eval_tasks": 200,
+        "fit_tasks": 200,
+        "batch": 128,
+        "sweep_tasks": 40,
+        "alignment_tasks": 40,
+        "explain_tasks": 100,
+        "eval_every": 10,
+        "input_scales": [1.0, 2.0],
+        "teacher_scales": [1.0],
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def full_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("full-report")
+    page = build_report(out, progress=False, overrides=TINY, workers=2)
+    return out, page
+
+
+def test_every_study_appears_with_its_figures(full_report):
+    out, page = full_report
+    html = page.read_text()
+    with ResultsStore(out / "results.db") as store:
+        cells = store.cells()
+        assert sorted(c.study for c in cells) == sorted(STUDIES)
+        assert all(c.status == "done" for c in cells), [c.error for c in cells]
+        for cell in cells:
+            assert cell.figures, cell.study
+            assert f'id="{cell.study}"' in html
+    assert "with seeds = 1" in html  # the re-create command names the overrides
+
+
+def test_unknown_study_in_overrides_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="no-such-study"):
+        build_report(tmp_path, overrides={"no-such-study": {}}, progress=False)
+
+
 def test_report_writes_page_and_tidy_results(verify_report):
     out, page = verify_report
     html = page.read_text()
@@ -99,8 +170,8 @@ def _chromium():
     return webdriver.Chrome(service=service, options=options)
 
 
-def test_page_in_headless_chromium(verify_report):
-    _, page = verify_report
+def test_page_in_headless_chromium(full_report):
+    _, page = full_report
     driver = _chromium()
     try:
         driver.set_window_size(390, 844)  # a phone
@@ -109,7 +180,7 @@ def test_page_in_headless_chromium(verify_report):
             "return Array.from(document.images).map(i => i.complete ? i.naturalWidth : 0)"
         )
         assert widths and all(w > 0 for w in widths)
-        for section_id in ("overview", "verify", "results"):
+        for section_id in ("overview", *STUDIES, "results"):
             assert driver.find_elements("id", section_id), section_id
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors

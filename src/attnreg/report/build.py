@@ -9,6 +9,7 @@ failed and shown with its error; the other studies still appear.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from attnreg.report.page import render, section
 from attnreg.runs.cells import CellSpec, make_cell
@@ -19,9 +20,16 @@ from attnreg.studies.registry import STUDIES, get_study
 TABLE_STUDIES = ("verify",)
 
 
-def report_cells(studies: list[str], seed: int, profile: str) -> list[CellSpec]:
-    """One cell per study: its ``profile`` config with ``seed``."""
-    return [make_cell(name, {}, seed, profile) for name in studies]
+def report_cells(
+    studies: list[str],
+    seed: int,
+    profile: str,
+    overrides: dict[str, dict[str, Any]] | None = None,
+) -> list[CellSpec]:
+    """One cell per study: its ``profile`` config with ``seed`` and the study's ``overrides``
+    (keys of its config; an unknown key is an error naming it)."""
+    extra = overrides or {}
+    return [make_cell(name, extra.get(name, {}), seed, profile) for name in studies]
 
 
 def build_report(
@@ -34,18 +42,22 @@ def build_report(
     workers: int | None = None,
     rerun: bool = False,
     progress: bool = True,
+    overrides: dict[str, dict[str, Any]] | None = None,
 ) -> Path:
-    """Run what is missing, then write ``out_dir/index.html`` and the tidy results beside it."""
+    """Run what is missing, then write ``out_dir/index.html`` and the tidy results beside it.
+
+    ``overrides`` maps a study name to config keys replacing its profile's values (e.g. a
+    smaller grid); the page's re-create command then lists them."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     names = list(studies or STUDIES)
-    for name in names:
+    for name in [*names, *(overrides or {})]:
         get_study(name)
     cells: list[CellSpec] = []
     failed_setup: list[CellResult] = []
     for name in names:
         try:
-            cells.extend(report_cells([name], seed, profile))
+            cells.extend(report_cells([name], seed, profile, overrides))
         except Exception as exc:  # a study whose config cannot even be built: show it failed
             stamp = now()
             failed_setup.append(
@@ -75,6 +87,9 @@ def build_report(
             command = f"{spec.cli or 'attnreg ' + name} --{profile} --seed {seed}"
             if name == "verify":
                 command = f"attnreg verify --seed {seed}"
+            changed = (overrides or {}).get(name)
+            if changed:
+                command += " with " + ", ".join(f"{k} = {v!r}" for k, v in changed.items())
             sections.append(section(cell, command, table=name in TABLE_STUDIES))
         store.export(out)
         html = render(sections, store_file.name, store.count())

@@ -35,10 +35,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnreg.core.threads import torch_threads
 from attnreg.core.validation import check_choice, check_positive, check_positive_int
 from attnreg.data.regression import DATA_MODES, RegressionData, load_regression
 from attnreg.estimators import OLS, Ridge
-from attnreg.models.regressors import QK_MODES, VARIANTS, AttentionRegression, torch_threads
+from attnreg.models.regressors import QK_MODES, VARIANTS, AttentionRegression
 from attnreg.output import write_csv
 from attnreg.studies.common import StudyResult
 from attnreg.studies.compare_metrics import (

@@ -1,7 +1,9 @@
 """The studies attnreg knows, by name: their config class, profiles and runner.
 
 Each study module provides a config dataclass (every field with a default, one of them
-``seed``) and ``run_study(config, out_dir) -> StudyResult``. Modules are imported lazily, so a
+``seed``), a runner ``(config, out_dir) -> StudyResult`` and, optionally, ``quick_config()`` /
+``full_config()`` for its profiles. ``explain`` is not listed: it explains a given checkpoint,
+and the icl study already explains the layers it trains. Modules are imported lazily, so a
 broken or slow study never stops the others from being listed or run.
 """
 
@@ -55,6 +57,17 @@ class StudySpec:
 
 STUDIES: dict[str, StudySpec] = {
     "verify": StudySpec("verify", "attnreg.studies.verify", "VerifyConfig", cli="attnreg verify"),
+    "compare": StudySpec(
+        "compare", "attnreg.studies.compare", "CompareConfig", runner="run", cli="attnreg compare"
+    ),
+    "icl": StudySpec("icl", "attnreg.studies.icl", "ICLConfig", runner="run", cli="attnreg icl"),
+    "capacity": StudySpec(
+        "capacity",
+        "attnreg.studies.capacity",
+        "CapacityConfig",
+        runner="run",
+        cli="attnreg capacity",
+    ),
 }
 
 
