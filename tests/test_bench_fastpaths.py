@@ -1,5 +1,7 @@
 """The fast paths equal the plain computations (numpy / explicit torch) on small inputs."""
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -159,3 +161,55 @@ def test_blocked_qr_gives_the_same_triangular_factor(monkeypatch, n):
     torch.testing.assert_close(torch.triu(r), r)
     sigma, _ = right_singular(x)
     np.testing.assert_allclose(sigma.numpy(), np.linalg.svd(x.numpy())[1], rtol=1e-12)
+
+
+@pytest.mark.parametrize(("budget", "step"), [(2**20, 37), (512 * 5, 5), (100, 1)])
+def test_task_blocks_cover_the_batch_once(monkeypatch, budget, step):
+    from attnreg.constructions import ols
+
+    x = torch.zeros(37, 8, 4, dtype=torch.float64)  # 256 bytes per task
+    xq = torch.zeros(37, 16, 4, dtype=torch.float64)  # 512 bytes per task: sets the block
+    monkeypatch.setattr(ols, "TASK_BLOCK_BYTES", budget)
+    blocks = ols._task_blocks(x, xq)
+    assert [b.stop - b.start for b in blocks[:-1]] == [step] * (len(blocks) - 1)
+    assert blocks[0].start == 0 and blocks[-1].stop == 37
+    assert all(a.stop == b.start for a, b in itertools.pairwise(blocks))
+
+
+@pytest.mark.parametrize(
+    ("method", "ridge", "covariance"),
+    [
+        ("cholesky", 0.0, "gram"),
+        ("cholesky", 0.3, "mean"),
+        ("svd", 0.0, "mean"),
+        ("svd", 0.3, "gram"),
+        ("eigh", 0.2, "gram"),
+    ],
+)
+def test_ols_transformer_in_task_blocks_equals_the_whole_batch(
+    monkeypatch, method, ridge, covariance
+):
+    from attnreg.constructions import ols
+
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(11, 20, 4, generator=gen, dtype=torch.float64)
+    y = torch.randn(11, 20, 2, generator=gen, dtype=torch.float64)
+    xq = torch.randn(11, 7, 4, generator=gen, dtype=torch.float64)
+    kwargs = {"method": method, "ridge": ridge, "covariance": covariance}
+    whole = OLSTransformer(**kwargs).predict(x, y, xq)
+    fitted = OLSTransformer(**kwargs).fit(x, y)
+    one_query = fitted(xq[:1])  # one query batch shared by every task
+    monkeypatch.setattr(ols, "TASK_BLOCK_BYTES", 3 * 20 * 4 * 8)  # blocks of 3, 3, 3, 2 tasks
+    assert len(ols._task_blocks(x, xq)) == 4
+    blocked = OLSTransformer(**kwargs)
+    got = blocked.predict(x, y, xq)
+    torch.testing.assert_close(got, whole, rtol=1e-11, atol=1e-12)
+    torch.testing.assert_close(blocked.w_p, fitted.w_p, rtol=1e-11, atol=1e-12)
+    literal = (
+        (xq @ blocked.w_q) @ (x @ blocked.w_k).mT @ (x @ blocked.w_v) @ blocked.w_p / blocked.scale
+    )
+    torch.testing.assert_close(got, literal, rtol=1e-10, atol=1e-11)
+    torch.testing.assert_close(blocked(xq), whole, rtol=1e-11, atol=1e-12)  # forward, blocked
+    torch.testing.assert_close(blocked(xq[:1]), one_query, rtol=1e-11, atol=1e-12)
+    recorded = OLSTransformer(**kwargs).recording().predict(x, y, xq)
+    torch.testing.assert_close(recorded, whole, rtol=1e-10, atol=1e-11)

@@ -200,13 +200,13 @@ def _cholesky(x: torch.Tensor, ridge: float, c: float) -> Whitening:
     if ridge > 0:
         s = s + ridge * torch.eye(d, dtype=x.dtype, device=x.device)
     chol, info = torch.linalg.cholesky_ex(s)
-    if bool((info > 0).any()):
+    if bool(info.any()):  # info > 0: the leading minor of that order is not positive
         raise ValueError(
             "x: XᵀX is not positive definite (rank-deficient design); the Cholesky whitening "
             "needs full rank: use method='svd' (pseudo-inverse) or ridge > 0"
         )
     eye = torch.eye(d, dtype=x.dtype, device=x.device).expand_as(s)
     matrix = torch.linalg.solve_triangular(chol, eye, upper=False).mT
-    diag = chol.diagonal(dim1=-2, dim2=-1) ** 2
+    low, high = torch.aminmax(chol.diagonal(dim1=-2, dim2=-1), dim=-1)
     rank = torch.full((x.shape[0],), d, dtype=torch.long, device=x.device)
-    return Whitening(matrix, None, rank, c, float(ridge), diag.amax(-1) / diag.amin(-1))
+    return Whitening(matrix, None, rank, c, float(ridge), (high / low) ** 2)
