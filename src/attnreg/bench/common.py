@@ -206,7 +206,10 @@ def run_child_process(args: Sequence[str], timeout: float) -> dict[str, Any]:
     """Run ``args`` as a child process: wall seconds, exit code, and ``ru_maxrss`` from
     ``wait4`` (the largest of the child and its waited-for descendants; after a vfork/exec
     it can include this process's own high-water mark, so children that can should report
-    their own :func:`peak_rss_bytes`)."""
+    their own :func:`peak_rss_bytes`), and ``tree_peak_bytes``: the largest sum of resident
+    sets over the child and all its descendants, sampled every 50 ms (worker processes a study
+    starts count too)."""
+    tree_peak = 0
     with tempfile.TemporaryFile() as out:
         start = time.perf_counter()
         proc = subprocess.Popen(list(args), stdout=out, stderr=subprocess.STDOUT)
@@ -220,6 +223,7 @@ def run_child_process(args: Sequence[str], timeout: float) -> dict[str, Any]:
                 proc.kill()
                 _, status, usage = os.wait4(proc.pid, 0)
                 break
+            tree_peak = max(tree_peak, _tree_rss(proc.pid))
             time.sleep(0.05)
         seconds = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -230,8 +234,27 @@ def run_child_process(args: Sequence[str], timeout: float) -> dict[str, Any]:
         "exit_code": proc.returncode,
         "timed_out": seconds > timeout,
         "rusage_maxrss_bytes": int(usage.ru_maxrss) * 1024 if usage is not None else None,
+        "tree_peak_bytes": tree_peak,
         "output_tail": tail,
     }
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of process ``pid`` and all its descendants (0 once it is gone)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for proc in procs:
+        try:
+            total += int(proc.memory_info().rss)
+        except psutil.Error:
+            continue
+    return total
 
 
 def python_child(code: str) -> list[str]:

@@ -169,6 +169,8 @@ def _child_result(
 ) -> BenchResult:
     report = json_line(run["output_tail"]) if run["exit_code"] == 0 else None
     peak = (report or {}).get("peak_bytes")
+    if peak is not None:  # the child's own high-water mark, or its process tree's if larger
+        peak = max(int(peak), int(run.get("tree_peak_bytes") or 0))
     peak_gib = peak / GIB if peak is not None else None
     checks = [
         check("wall (s)", run["seconds"], "<=", max_seconds),

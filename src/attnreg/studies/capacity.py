@@ -38,7 +38,9 @@ Progress = Callable[[str], None]
 
 @dataclass
 class CapacityConfig:
-    """Settings of ``attnreg capacity`` (defaults: the quick profile)."""
+    """Settings of ``attnreg capacity`` (defaults: the quick profile). ``workers``: processes
+    for the ``N_max(d)`` curves (0: one per torch intra-op thread, so a report cell given one
+    thread stays in its process); the numbers do not depend on it."""
 
     seed: int = 0
     seeds: int = 3
@@ -68,6 +70,7 @@ class CapacityConfig:
     digits_sigma: float = 0.3
     digits_tolerance: float = 0.02
     n_limit: int = 2**22
+    workers: int = 0
 
 
 def quick_config() -> CapacityConfig:
@@ -97,6 +100,9 @@ def check_config(config: CapacityConfig) -> None:
     check_positive_int("seeds", config.seeds)
     check_positive_int("queries", config.queries)
     check_positive_int("n_limit", config.n_limit)
+    workers = config.workers
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise ValueError(f"workers: must be an integer >= 0 (0: automatic), got {workers!r}")
     check_positive_int("grid_power", config.grid_power)
     check_positive_int("softmax_flips", config.softmax_flips)
     check_positive_int("grid_random_d", config.grid_random_d)
@@ -262,9 +268,15 @@ def run(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RankWarning)
         warnings.simplefilter("ignore", ConditioningWarning)
-        for family in families(config):
-            for d in family.dims:
-                rows.append(_capacity_row(config, family, d, tick))
+        workers = config.workers or torch.get_num_threads()
+        if workers > 1:
+            from attnreg.studies.capacity_pool import capacity_rows
+
+            rows.extend(capacity_rows(config, workers, tick))
+        else:
+            for family in families(config):
+                for d in family.dims:
+                    rows.append(capacity_row(config, family, d, tick))
         rows.extend(_pinv_check(config, tick))
         grid_rows, panel = _digits_grid(config, tick)
         rows.extend(grid_rows)
@@ -275,7 +287,7 @@ def run(
     return StudyResult("capacity", asdict(config), rows, figures, summarize(rows, config))
 
 
-def _capacity_row(
+def capacity_row(
     config: CapacityConfig, family: fam.Family, d: int, tick: Progress
 ) -> dict[str, Any]:
     start = time.perf_counter()

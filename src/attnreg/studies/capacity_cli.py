@@ -72,6 +72,12 @@ def capacity_command(
         help="YAML/JSON file of CapacityConfig fields overriding the profile "
         "(unknown keys are an error).",
     ),
+    workers: int | None = typer.Option(
+        None,
+        "--workers",
+        help="Processes for the N_max(d) curves (default: one per torch thread, i.e. the "
+        "cores; 1: in this process). The numbers do not depend on it.",
+    ),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
 ) -> None:
     """Measure the capacity N_max(d) of associative memories — pseudo-inverse (regression),
@@ -92,6 +98,8 @@ def capacity_command(
             config.seeds = seeds
         if epsilon is not None:
             config.epsilon = epsilon
+        if workers is not None:
+            config.workers = workers
         result = _run(config, out, show=not (json_out or no_progress))
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
