@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import psutil
 import torch
 
 GIB = 2**30
@@ -122,8 +123,6 @@ def matmul_rate(repeat: int = 5, size: int = MATMUL_SIZE) -> dict[str, Any]:
 
 def rss_bytes() -> int:
     """The current resident set of this process."""
-    import psutil
-
     return int(psutil.Process().memory_info().rss)
 
 
@@ -241,8 +240,6 @@ def run_child_process(args: Sequence[str], timeout: float) -> dict[str, Any]:
 
 def _tree_rss(pid: int) -> int:
     """Resident bytes of process ``pid`` and all its descendants (0 once it is gone)."""
-    import psutil
-
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]

@@ -3,7 +3,6 @@ and the weight-space checks of a trained one-layer LSA (von Oswald et al. 2023).
 
 from __future__ import annotations
 
-import contextlib
 import time
 import warnings
 from collections.abc import Callable
@@ -140,8 +139,7 @@ def train_one_layer_to_gd(
     small GEMMs, and a second thread costs more than it saves, especially on a shared machine).
     """
     check_positive_int("max_steps", max_steps)
-    ctx = torch_threads(threads) if threads else contextlib.nullcontext()
-    with ctx:
+    with torch_threads(threads or None):
         wall0, cpu0 = time.perf_counter(), time.process_time()
         sampler = TaskSampler()
         test = sampler.sample(eval_tasks, generator(10**6 + seed), torch.float32)
