@@ -9,6 +9,7 @@ import warnings
 import pytest
 import torch
 
+from attnreg.checkpoints import load_checkpoint, save_checkpoint
 from attnreg.core.threads import torch_threads
 from attnreg.data.tasks import query_loss, von_oswald_tasks
 from attnreg.models import TrainableLSA, load_model, save_model
@@ -17,8 +18,6 @@ from attnreg.training import (
     TrainConfig,
     find_plateaus,
     generator,
-    load_checkpoint,
-    save_checkpoint,
     train,
 )
 
@@ -35,6 +34,26 @@ def test_adam_reaches_the_minimum_of_a_quadratic() -> None:
 
     expected = np.linalg.lstsq(a.numpy(), b.numpy(), rcond=None)[0]
     assert np.allclose(p.detach().numpy(), expected, atol=1e-4)
+
+
+def test_periodic_checkpoint_holds_the_parameters_of_its_step(tmp_path) -> None:
+    # the step-4 checkpoint of a 6-step run must hold the parameters after exactly 4 Adam
+    # steps: those of a rerun that stops at step 4 (training is deterministic)
+    path = tmp_path / "train.pt"
+    target = torch.arange(3.0)
+
+    def run(steps: int, **extra: object) -> torch.Tensor:
+        p = torch.zeros(3, requires_grad=True)
+        cfg = TrainConfig(
+            steps=steps, lr=0.05, schedule="constant", clip=None, eval_every=100, **extra
+        )
+        train([p], lambda step: (p - target).pow(2).sum(), cfg, progress=False)
+        return p.detach()
+
+    run(6, checkpoint_path=str(path), checkpoint_every=4)
+    ckpt = load_checkpoint(path)
+    assert ckpt.meta == {"step": 4, "kind": "train-state"}
+    assert torch.equal(ckpt.state["param0"], run(4))
 
 
 def _lsa_run(seed: int, steps: int = 40) -> tuple[list[float], TrainableLSA]:
