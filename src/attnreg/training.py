@@ -1,23 +1,31 @@
-"""The one training loop of attnreg: Adam, clipping, seeds, early stop, plateaus.
+"""The one training loop of attnreg: torch.optim, clipping, seeds, early stop, plateaus,
+resumable checkpoints.
 
 Contract
 --------
-``train(model_or_params, loss_fn, config, eval_fn=None, progress=None) -> TrainResult``
+``train(model_or_params, loss_fn, config, eval_fn=None, progress=None, description="train",
+optimizer=None, generators=(), resume=False) -> TrainResult``
 
 * ``model_or_params``: an ``nn.Module`` or an iterable of tensors with ``requires_grad``. The
   loop never looks inside: any model, any parametrisation.
 * ``loss_fn(step) -> Tensor``: the scalar training loss at optimiser step ``step`` (0-based).
   Draw a fresh batch of tasks inside it (online training, von Oswald et al. 2023), or return the
-  full-batch loss on fixed data (the ``compare`` study). Use a ``torch.Generator`` seeded from
-  ``config.seed`` (see :func:`generator`) for the data so that the run is reproducible.
+  full-batch loss on fixed data (the ``compare`` study). Draw the data from a
+  ``torch.Generator`` seeded from ``config.seed`` (see :func:`generator`) and pass it in
+  ``generators`` so that the run is reproducible and resumable.
 * ``eval_fn() -> float``: an evaluation metric, lower is better (held-out loss, validation
   MSE). Called every ``config.eval_every`` steps and after the last step, under
   ``torch.no_grad()``. Early stopping (``patience``), ``stop_below`` and ``restore_best`` act on
   it; without ``eval_fn`` they act on the training loss.
-* Optimiser: Adam(``lr``, ``betas``, ``weight_decay``); the global gradient norm is clipped to
-  ``clip`` (``None``: no clipping). ``schedule="cosine"`` decays the rate from ``lr`` to
-  ``lr_final × lr`` over ``steps`` (Loshchilov & Hutter 2017). ``torch.manual_seed(config.seed)``
-  is set before the first step, so the same config + seed + data gives the same numbers.
+* Optimiser: any ``torch.optim.Optimizer`` built over exactly the trainable parameters
+  (``optimizer=``); by default ``torch.optim.Adam(lr, betas, weight_decay)`` from the config
+  (the fused kernel when every parameter is a floating CPU/CUDA tensor: the same update as the
+  other Adam implementations, the fastest on CPU). The global gradient norm is clipped to
+  ``clip`` by ``torch.nn.utils.clip_grad_norm_`` (``None``: no clipping).
+  ``schedule="cosine"`` multiplies each parameter group's rate by
+  ``lr_final + (1 − lr_final)·(1 + cos(π·step/steps))/2`` (Loshchilov & Hutter 2017), a
+  ``torch.optim.lr_scheduler.LambdaLR``. ``torch.manual_seed(config.seed)`` is set before the
+  first step, so the same config + seed + data gives the same numbers.
 * Early stop: after ``patience`` evaluations without an improvement of more than
   ``min_delta`` (relative), or as soon as the metric is ``<= stop_below``.
 * Plateaus (:func:`find_plateaus`): a stretch of windows of ``plateau_window`` steps over which
@@ -25,7 +33,16 @@ Contract
   later drops by ``plateau_drop`` (escaped), or if the run ends on it above
   ``(1 + plateau_rtol) × reference_loss`` (without a reference: near the initial loss). A run
   that ends on a plateau is ``stuck``; the loop warns (``PlateauWarning``): never silent.
-* Checkpoints: :mod:`attnreg.checkpoints`.
+* Checkpoints (``checkpoint_path``; file format: :mod:`attnreg.checkpoints`): written every
+  ``checkpoint_every`` steps (after that step's evaluation) and when the run ends. One holds
+  the model (``state_dict()`` of a module, else ``param0``, ``param1``, …), the optimizer's and
+  the scheduler's ``state_dict``, the step, the :class:`TrainResult` so far, the best
+  parameters (``restore_best``), the global torch RNG state and the state of every generator
+  in ``generators``. ``resume=True`` continues from the checkpoint if the file exists (from
+  scratch otherwise): a killed run resumed this way ends with the same parameters, losses and
+  evaluations as an uninterrupted one, provided ``loss_fn`` and ``eval_fn`` depend only on the
+  step, the parameters, the torch RNG and ``generators`` (state they keep elsewhere, e.g. a list
+  they append to, is not in the checkpoint).
 """
 
 from __future__ import annotations
@@ -33,14 +50,15 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from attnreg.checkpoints import save_checkpoint
+from attnreg.checkpoints import load_checkpoint, save_checkpoint
 from attnreg.core.validation import (
     check_choice,
     check_nonnegative,
@@ -49,6 +67,9 @@ from attnreg.core.validation import (
 )
 
 SCHEDULES = ("constant", "cosine")
+# TrainConfig fields that do not change a run's numbers: a checkpoint resumes under other values
+_RESUME_FREE = ("checkpoint_path", "checkpoint_every")
+CHECKPOINT_KIND = "train-state"
 
 
 class PlateauWarning(UserWarning):
@@ -96,6 +117,10 @@ class TrainConfig:
         check_nonnegative("plateau_drop", self.plateau_drop)
         if self.checkpoint_every is not None:
             check_positive_int("checkpoint_every", self.checkpoint_every)
+            if not self.checkpoint_path:
+                raise ValueError("checkpoint_every: set checkpoint_path too (where to write)")
+        if len(tuple(self.betas)) != 2:
+            raise ValueError(f"betas: expected two coefficients, got {self.betas!r}")
 
 
 @dataclass
@@ -144,58 +169,6 @@ class TrainResult:
         out = asdict(self)
         out["steps_run"] = self.steps_run
         return out
-
-
-class Adam:
-    """Adam (Kingma & Ba 2015), the update of ``torch.optim.Adam`` (L2 ``weight_decay`` added to
-    the gradient, bias-corrected moments, ``eps = 1e-8``) in a few tensor operations.
-
-    Written out because ``torch.optim`` imports ``torch._dynamo`` on first use (seconds of
-    start-up) and adds per-step dispatch that dominates the small steps of these models.
-    """
-
-    def __init__(
-        self,
-        params: list[torch.Tensor],
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        weight_decay: float = 0.0,
-        eps: float = 1e-8,
-    ) -> None:
-        self.params = params
-        self.lr, self.betas, self.weight_decay, self.eps = lr, betas, weight_decay, eps
-        self.m = [torch.zeros_like(p) for p in params]
-        self.v = [torch.zeros_like(p) for p in params]
-        self.t = 0
-
-    @torch.no_grad()
-    def step(self, lr: float | None = None) -> None:
-        """One update with learning rate ``lr`` (default: the constructor's)."""
-        self.t += 1
-        b1, b2 = self.betas
-        step_size = (self.lr if lr is None else lr) / (1 - b1**self.t)
-        root_correction = math.sqrt(1 - b2**self.t)
-        for p, m, v in zip(self.params, self.m, self.v, strict=True):
-            if p.grad is None:
-                continue
-            g = p.grad if self.weight_decay == 0 else p.grad + self.weight_decay * p
-            m.mul_(b1).add_(g, alpha=1 - b1)
-            v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            p.addcdiv_(m, (v.sqrt() / root_correction).add_(self.eps), value=-step_size)
-
-
-@torch.no_grad()
-def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> float:
-    """Scale the gradients so that their global L2 norm is at most ``max_norm``; returns the
-    norm before clipping (as ``torch.nn.utils.clip_grad_norm_``)."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return 0.0
-    norm = float(torch.sqrt(sum((g.pow(2).sum() for g in grads), torch.zeros(()))))
-    if norm > max_norm:
-        for g in grads:
-            g.mul_(max_norm / (norm + 1e-6))
-    return norm
 
 
 def generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
@@ -266,6 +239,191 @@ def find_plateaus(
     return plateaus
 
 
+def default_optimizer(params: list[torch.Tensor], config: TrainConfig) -> torch.optim.Adam:
+    """``torch.optim.Adam(params, lr, betas, weight_decay)`` from ``config``: the optimiser of
+    :func:`train` when none is given. Uses the fused kernel when every parameter is a floating
+    CPU or CUDA tensor (the Adam update of the other implementations, up to rounding; the
+    fastest per step on CPU), the default implementation otherwise."""
+    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+    return torch.optim.Adam(
+        params,
+        lr=config.lr,
+        betas=(float(config.betas[0]), float(config.betas[1])),
+        weight_decay=config.weight_decay,
+        fused=True if fused else None,
+    )
+
+
+def _check_optimizer(optimizer: Any, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError(
+            f"optimizer: expected a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
+    mine = sorted(id(p) for group in optimizer.param_groups for p in group["params"])
+    if mine != sorted(id(p) for p in params):
+        raise ValueError(
+            "optimizer: must be built over exactly the trainable parameters of "
+            f"model_or_params ({len(params)} tensors; the optimizer holds {len(mine)}, or "
+            "other tensors)"
+        )
+    return optimizer
+
+
+def _cosine_factor(config: TrainConfig) -> Callable[[int], float]:
+    """The factor of the cosine schedule at step ``step`` (1 at step 0, ``lr_final`` at the
+    end): rate = base rate × factor, the formula of the loop before torch.optim."""
+
+    def factor(step: int) -> float:
+        frac = min(step / config.steps, 1.0)
+        return config.lr_final + (1 - config.lr_final) * 0.5 * (1 + math.cos(math.pi * frac))
+
+    return factor
+
+
+def _config_record(config: TrainConfig) -> dict[str, Any]:
+    """The JSON-like config fields that fix a run's numbers (compared on resume)."""
+    out = asdict(config)
+    out["betas"] = [float(b) for b in config.betas]
+    for key in _RESUME_FREE:
+        out.pop(key)
+    return out
+
+
+@dataclass
+class _Progress:
+    """The mutable state of a run besides parameters, optimiser and RNGs."""
+
+    result: TrainResult
+    done: int = 0
+    since_best: int = 0
+    finished: bool = False
+    best_state: list[torch.Tensor] | None = None
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+
+def _model_state(
+    model_or_params: nn.Module | Iterable[torch.Tensor], params: list[torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    if isinstance(model_or_params, nn.Module):
+        return dict(model_or_params.state_dict())
+    return {f"param{i}": p for i, p in enumerate(params)}
+
+
+def _write_checkpoint(
+    path: str,
+    config: TrainConfig,
+    model_or_params: nn.Module | Iterable[torch.Tensor],
+    params: list[torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LambdaLR | None,
+    generators: list[torch.Generator],
+    run: _Progress,
+) -> None:
+    res = run.result
+    meta = {
+        "kind": CHECKPOINT_KIND,
+        "step": run.done,
+        "finished": run.finished,
+        "config": _config_record(config),
+        "result": {
+            "losses": list(res.losses),
+            "evals": [[s, m] for s, m in res.evals],
+            "best_step": res.best_step,
+            "best_metric": res.best_metric,
+            "stopped": res.stopped,
+            "since_best": run.since_best,
+            "seconds": run.seconds,
+            "cpu_seconds": run.cpu_seconds,
+        },
+    }
+    extra = {
+        "optimizer": optimizer.state_dict(),
+        "scheduler": None if scheduler is None else scheduler.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "generators": [g.get_state() for g in generators],
+        "best_state": run.best_state,
+    }
+    save_checkpoint(path, _model_state(model_or_params, params), meta, extra)
+
+
+def _read_checkpoint(
+    path: str,
+    config: TrainConfig,
+    model_or_params: nn.Module | Iterable[torch.Tensor],
+    params: list[torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LambdaLR | None,
+    generators: list[torch.Generator],
+) -> _Progress:
+    """Restore everything :func:`_write_checkpoint` saved; ``ValueError`` naming ``checkpoint``
+    when the file is not a training checkpoint of this run."""
+    ckpt = load_checkpoint(path)
+    meta, extra = ckpt.meta, ckpt.extra
+    if meta.get("kind") != CHECKPOINT_KIND or not isinstance(meta.get("result"), dict):
+        raise ValueError(
+            f"checkpoint: {path!r} is not a training checkpoint (kind {CHECKPOINT_KIND!r})"
+        )
+    if meta.get("config") != _config_record(config):
+        theirs = meta.get("config") or {}
+        differ = sorted(
+            k
+            for k in set(theirs) | set(_config_record(config))
+            if theirs.get(k) != _config_record(config).get(k)
+        )
+        raise ValueError(
+            f"checkpoint: {path!r} is from a run with another config (differs in "
+            f"{', '.join(differ)}); refusing to resume it"
+        )
+    if len(extra.get("generators", [])) != len(generators):
+        raise ValueError(
+            f"checkpoint: {path!r} holds {len(extra.get('generators', []))} generator states; "
+            f"generators has {len(generators)}"
+        )
+    current = _model_state(model_or_params, params)
+    if sorted(ckpt.state) != sorted(current):
+        raise ValueError(
+            f"checkpoint: {path!r} holds tensors {sorted(ckpt.state)}; these parameters are "
+            f"{sorted(current)}"
+        )
+    for key, stored in ckpt.state.items():
+        if stored.shape != current[key].shape or stored.dtype != current[key].dtype:
+            raise ValueError(
+                f"checkpoint: {path!r} entry {key!r} is {stored.dtype} {tuple(stored.shape)}; "
+                f"the parameter is {current[key].dtype} {tuple(current[key].shape)}"
+            )
+    with torch.no_grad():
+        for key, stored in ckpt.state.items():
+            current[key].copy_(stored)
+    try:
+        optimizer.load_state_dict(extra["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise ValueError(f"checkpoint: {path!r} does not fit this optimizer: {exc}") from exc
+    if scheduler is not None:
+        scheduler.load_state_dict(extra["scheduler"])
+    torch.set_rng_state(extra["torch_rng"])
+    for gen, state in zip(generators, extra["generators"], strict=True):
+        gen.set_state(state)
+    saved = meta["result"]
+    result = TrainResult(
+        losses=[float(v) for v in saved["losses"]],
+        evals=[(int(s), float(m)) for s, m in saved["evals"]],
+        best_step=int(saved["best_step"]),
+        best_metric=float(saved["best_metric"]),
+        stopped=str(saved["stopped"]),
+    )
+    best = extra.get("best_state")
+    return _Progress(
+        result=result,
+        done=int(meta["step"]),
+        since_best=int(saved["since_best"]),
+        finished=bool(meta["finished"]),
+        best_state=None if best is None else list(best),
+        seconds=float(saved["seconds"]),
+        cpu_seconds=float(saved["cpu_seconds"]),
+    )
+
+
 def train(
     model_or_params: nn.Module | Iterable[torch.Tensor],
     loss_fn: Callable[[int], torch.Tensor],
@@ -273,44 +431,78 @@ def train(
     eval_fn: Callable[[], float] | None = None,
     progress: bool | None = None,
     description: str = "train",
+    optimizer: torch.optim.Optimizer | None = None,
+    generators: Sequence[torch.Generator] = (),
+    resume: bool = False,
 ) -> TrainResult:
-    """Minimise ``loss_fn(step)`` over the parameters with Adam (Kingma & Ba 2015).
+    """Minimise ``loss_fn(step)`` over the parameters with a ``torch.optim`` optimiser.
 
-    ``θ ← Adam(θ, clip(∇_θ loss_fn(step)))`` for ``step = 0 .. steps−1``, with early stop on
+    ``θ ← opt(θ, clip(∇_θ loss_fn(step)))`` for ``step = 0 .. steps−1``, with early stop on
     ``eval_fn`` (or the training loss) and plateau detection; see the module docstring for the
-    full contract. ``progress`` shows a tqdm bar (default: only when stderr is a terminal).
+    full contract.
+
+    * ``optimizer``: a ``torch.optim.Optimizer`` built over exactly the trainable parameters of
+      ``model_or_params`` (any other is a ``ValueError`` naming ``optimizer``); its own
+      hyperparameters are used (``config.lr``, ``betas`` and ``weight_decay`` are then
+      ignored; ``schedule`` and ``clip`` still apply). Default: :func:`default_optimizer`.
+    * ``generators``: the ``torch.Generator`` objects ``loss_fn``/``eval_fn`` draw from; their
+      states go into checkpoints and are restored on resume.
+    * ``resume``: continue from ``config.checkpoint_path`` if that file exists (it must be a
+      training checkpoint of a run with the same config, schedule, parameters and number of
+      generators: ``ValueError`` naming ``checkpoint`` otherwise); start afresh if it does not.
+      Without ``resume`` an existing checkpoint file is overwritten by the new run.
+      The result's losses and evaluations then cover the whole run, and ``seconds`` adds the
+      time spent before the interruption (up to the last checkpoint).
+    * ``progress`` shows a tqdm bar (default: only when stderr is a terminal).
+
     Returns a :class:`TrainResult`; with ``restore_best`` the parameters are reset to the best
     evaluation's values at the end.
     """
     cfg = config or TrainConfig()
     params = _parameters(model_or_params)
+    gens = list(generators)
+    for i, gen in enumerate(gens):
+        if not isinstance(gen, torch.Generator):
+            raise ValueError(
+                f"generators: item {i} is a {type(gen).__name__}, not a torch.Generator"
+            )
+    if resume and not cfg.checkpoint_path:
+        raise ValueError("resume: needs config.checkpoint_path (the checkpoint to resume from)")
     torch.manual_seed(cfg.seed)
-    opt = Adam(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    total = cfg.steps
-
-    def rate(step: int) -> float:
-        if cfg.schedule == "constant":
-            return cfg.lr
-        frac = min(step / total, 1.0)
-        return cfg.lr * (cfg.lr_final + (1 - cfg.lr_final) * 0.5 * (1 + math.cos(math.pi * frac)))
-
-    result = TrainResult(losses=[])
-    best_state: list[torch.Tensor] | None = None
-    since_best = 0
+    opt = (
+        default_optimizer(params, cfg) if optimizer is None else _check_optimizer(optimizer, params)
+    )
+    sched = (
+        torch.optim.lr_scheduler.LambdaLR(opt, _cosine_factor(cfg))
+        if cfg.schedule == "cosine"
+        else None
+    )
+    run = _Progress(result=TrainResult(losses=[]))
+    path = cfg.checkpoint_path
+    if resume and path and Path(path).is_file():
+        run = _read_checkpoint(path, cfg, model_or_params, params, opt, sched, gens)
+    result = run.result
+    seconds0, cpu_seconds0 = run.seconds, run.cpu_seconds  # spent before an interruption
     wall0, cpu0 = time.perf_counter(), time.process_time()
+
+    def save() -> None:
+        if path:
+            run.seconds = seconds0 + time.perf_counter() - wall0
+            run.cpu_seconds = cpu_seconds0 + time.process_time() - cpu0
+            _write_checkpoint(path, cfg, model_or_params, params, opt, sched, gens, run)
+
     bar = None
     if progress is None:
         import sys
 
         progress = sys.stderr.isatty()
-    if progress:
+    if progress and not run.finished:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=cfg.steps, desc=description, leave=False)
+        bar = tqdm(total=cfg.steps, initial=run.done, desc=description, leave=False)
 
     def evaluate(step: int) -> bool:
         """Record an evaluation; True when training should stop."""
-        nonlocal best_state, since_best
         if eval_fn is not None:
             with torch.no_grad():
                 metric = float(eval_fn())
@@ -320,58 +512,60 @@ def train(
         result.evals.append((step, metric))
         if metric < result.best_metric * (1 - cfg.min_delta) or result.best_step < 0:
             result.best_metric, result.best_step = metric, step
-            since_best = 0
+            run.since_best = 0
             if cfg.restore_best:
-                best_state = [p.detach().clone() for p in params]
+                run.best_state = [p.detach().clone() for p in params]
         else:
-            since_best += 1
+            run.since_best += 1
         if cfg.stop_below is not None and metric <= cfg.stop_below:
             result.stopped = "stop_below"
             return True
-        if cfg.patience is not None and since_best >= cfg.patience:
+        if cfg.patience is not None and run.since_best >= cfg.patience:
             result.stopped = "patience"
             return True
         return False
 
-    for step in range(cfg.steps):
-        for p in params:
-            p.grad = None
-        loss = loss_fn(step)
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            result.stopped = "non-finite"
-            warnings.warn(
-                f"{description}: training loss became {value} at step {step}; stopped",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            break
-        loss.backward()
-        if cfg.clip is not None:
-            clip_grad_norm(params, cfg.clip)
-        opt.step(rate(step))
-        result.losses.append(value)
-        if bar is not None:
-            bar.update(1)
-            if step % 50 == 0:
-                bar.set_postfix(loss=f"{value:.4g}")
-        done = step + 1
-        if cfg.checkpoint_path and cfg.checkpoint_every and done % cfg.checkpoint_every == 0:
-            save_checkpoint(
-                cfg.checkpoint_path,
-                {f"param{i}": p for i, p in enumerate(params)},
-                {"step": done, "kind": "train-state"},
-            )
-        if done % cfg.eval_every == 0 and evaluate(done):
-            break
-    else:
-        if not result.evals or result.evals[-1][0] != cfg.steps:
-            evaluate(cfg.steps)
+    if not run.finished:
+        for step in range(run.done, cfg.steps):
+            for p in params:
+                p.grad = None
+            loss = loss_fn(step)
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                result.stopped = "non-finite"
+                warnings.warn(
+                    f"{description}: training loss became {value} at step {step}; stopped",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                break
+            loss.backward()
+            if cfg.clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, cfg.clip)
+            opt.step()
+            if sched is not None:
+                sched.step()
+            result.losses.append(value)
+            run.done = step + 1
+            if bar is not None:
+                bar.update(1)
+                if step % 50 == 0:
+                    bar.set_postfix(loss=f"{value:.4g}")
+            stop = run.done % cfg.eval_every == 0 and evaluate(run.done)
+            if stop:
+                break
+            if cfg.checkpoint_every and run.done % cfg.checkpoint_every == 0:
+                save()
+        else:
+            if not result.evals or result.evals[-1][0] != cfg.steps:
+                evaluate(cfg.steps)
+        run.finished = True
+        save()
     if bar is not None:
         bar.close()
-    if cfg.restore_best and best_state is not None:
+    if cfg.restore_best and run.best_state is not None:
         with torch.no_grad():
-            for p, best in zip(params, best_state, strict=True):
+            for p, best in zip(params, run.best_state, strict=True):
                 p.copy_(best)
     result.plateaus = find_plateaus(
         result.losses, cfg.plateau_window, cfg.plateau_rtol, cfg.reference_loss, cfg.plateau_drop
@@ -383,6 +577,6 @@ def train(
             PlateauWarning,
             stacklevel=2,
         )
-    result.seconds = time.perf_counter() - wall0
-    result.cpu_seconds = time.process_time() - cpu0
+    result.seconds = seconds0 + time.perf_counter() - wall0
+    result.cpu_seconds = cpu_seconds0 + time.process_time() - cpu0
     return result

@@ -25,7 +25,12 @@ def save_model(path: str | Path, model: TokenModel, meta: dict[str, Any] | None 
 
 def load_model(path: str | Path) -> tuple[TokenModel, dict[str, Any]]:
     """Rebuild a model saved by :func:`save_model` (``torch.load(weights_only=True)``); returns
-    ``(model, meta)``. A file that is not an attnreg model checkpoint is a ``ValueError``."""
+    ``(model, meta)``. A file that is not an attnreg model checkpoint is a ``ValueError``.
+
+    The model is built in the checkpoint's ``dtype`` (float16 and bfloat16 included) and holds
+    the stored tensors bit for bit: a checkpoint whose tensors are in another dtype than its
+    ``dtype`` entry (loading would round or silently change them) is a ``ValueError`` naming
+    ``checkpoint``, never a silent conversion."""
     ckpt = load_checkpoint(path)
     kind = ckpt.meta.get("model")
     if kind not in MODELS or not isinstance(ckpt.meta.get("spec"), dict):
@@ -33,14 +38,34 @@ def load_model(path: str | Path) -> tuple[TokenModel, dict[str, Any]]:
             f"checkpoint: {str(path)!r} holds no attnreg model (model = {kind!r}; "
             f"valid: {', '.join(MODELS)})"
         )
-    dtype = getattr(torch, str(ckpt.meta.get("dtype", "torch.float32")).split(".")[-1])
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"checkpoint: {str(path)!r} has an unknown dtype")
+    name = str(ckpt.meta.get("dtype", "torch.float32"))
+    dtype = getattr(torch, name.split(".")[-1], None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"checkpoint: {str(path)!r} has an unknown dtype {name!r}")
+    for key, value in ckpt.state.items():
+        if value.is_floating_point() and value.dtype != dtype:
+            raise ValueError(
+                f"checkpoint: {str(path)!r} entry {key!r} is stored in {value.dtype} but the "
+                f"checkpoint's dtype is {dtype}; refusing to convert (it would not be the "
+                "saved model)"
+            )
     try:
         model = MODELS[kind](**ckpt.meta["spec"], dtype=dtype)
         model.load_state_dict(ckpt.state)
     except (TypeError, RuntimeError) as exc:
         raise ValueError(f"checkpoint: {str(path)!r} does not fit model {kind!r}: {exc}") from exc
+    loaded = model.state_dict()
+    for key, value in ckpt.state.items():
+        got = loaded[key]
+        same = got.dtype == value.dtype and (
+            torch.equal(got, value)
+            or (value.is_floating_point() and torch.allclose(got, value, 0, 0, equal_nan=True))
+        )
+        if not same:
+            raise ValueError(
+                f"checkpoint: {str(path)!r} entry {key!r} does not load exactly in dtype "
+                f"{value.dtype} into model {kind!r}"
+            )
     return model, ckpt.meta
 
 
