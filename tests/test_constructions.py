@@ -53,12 +53,13 @@ def test_cholesky_whitening_gives_the_same_layer():
 
 def test_on_its_own_context_attention_is_the_hat_matrix():
     x, y, _ = _data(1, 25, 4, 1, 2)
-    layer = OLSTransformer().recording()
-    out = layer.predict(x, y, x).numpy()[0]
+    layer = OLSTransformer()
+    out, cache = layer.run_with_cache(x, y, x)
+    out = out.numpy()[0]
     sk = LinearRegression(fit_intercept=False).fit(x[0], y[0]).predict(x[0])
     np.testing.assert_allclose(out, sk, atol=1e-12)
     hat = x[0] @ np.linalg.inv(x[0].T @ x[0]) @ x[0].T
-    np.testing.assert_allclose(layer.cache["scores"][0].numpy(), hat, atol=1e-12)
+    np.testing.assert_allclose(cache["attn.hook_scores"][0].numpy(), hat, atol=1e-12)
     # (XL)(XL)ᵀ(XL) = XL: attention is the identity on the context's whitened features
     xl = x[0] @ layer.w_q[0].numpy()
     np.testing.assert_allclose(xl @ xl.T @ xl, xl, atol=1e-12)
@@ -121,19 +122,21 @@ def test_lsa_stack_is_k_gd_steps(n, d, dy, steps, seed):
     rng = np.random.default_rng(seed)
     etas = list(rng.uniform(0.05, 0.5, steps))
     w0 = rng.normal(size=(dy, d))
-    got = LSAStack.gd(d, dy, n, etas, steps, w0).predict(x, y, q).numpy()
+    got = LSAStack.gd(d, dy, etas, steps, w0).predict(x, y, q).numpy()
     expected = _each(lambda a, b, c: gd_predict(a, b, c, etas, w0), x, y, q)
     np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-11)
 
 
 def test_lsa_gd_weights_match_the_paper():
-    layer = LSAStack.gd(d=2, dy=1, n_ctx=4, eta=0.8).layers[0]
+    w0 = np.array([[0.3, -0.2]])
+    stack = LSAStack.gd(d=2, dy=1, eta=0.8, w0=w0)
     kq = np.zeros((3, 3))
     kq[:2, :2] = np.eye(2)
     pv = np.zeros((3, 3))
-    pv[2, 2] = -0.8 / 4
-    np.testing.assert_array_equal(layer.key_query.detach().numpy(), kq)
-    np.testing.assert_allclose(layer.value_projection.detach().numpy(), pv)
+    pv[2, :2] = 0.8 * w0  # the paper's P W_V = (η/N)[[0, 0], [W0, −I]]; the layer averages
+    pv[2, 2] = -0.8
+    np.testing.assert_array_equal(stack.key_query(0)[0].numpy(), kq)
+    np.testing.assert_allclose(stack.value_projection(0)[0].numpy(), pv)
 
 
 def test_gd_plus_plus_stack_matches_token_loop():
@@ -149,30 +152,28 @@ def test_preconditioned_layer_matches_preconditioned_gd():
     rng = np.random.default_rng(0)
     g = rng.normal(size=(4, 4))
     w0 = rng.normal(size=(2, 4))
-    got = LSAStack.preconditioned(g, 2, 9, 0.3, 2, w0).predict(x, y, q).numpy()
+    got = LSAStack.preconditioned(g, 2, 0.3, 2, w0).predict(x, y, q).numpy()
     expected = _each(lambda a, b, c: gd_predict(a, b, c, [0.3, 0.3], w0, g), x, y, q)
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
 
 
-def test_stack_records_scores_by_layer_name():
+def test_stack_exposes_scores_by_layer_name():
     x, y, q = _data(1, 6, 2, 1, 9)
-    stack = LSAStack.gd(2, 1, 6, 0.1, steps=2).recording()
-    stack.predict(x, y, q)
-    assert set(stack.cache) == {
-        "layers.0.scores",
-        "layers.0.weights",
-        "layers.1.scores",
-        "layers.1.weights",
-    }
+    stack = LSAStack.gd(2, 1, 0.1, steps=2)
+    out, cache = stack.run_with_cache(x, y, q)
+    assert {"layers.0.hook_scores", "layers.1.hook_weights"} <= set(cache)
     tokens = np.concatenate([np.hstack([x[0], y[0]]), np.hstack([q[0], np.zeros((4, 1))])])
-    expected = tokens[:, :2] @ tokens[:6, :2].T  # first layer scores: x_jᵀ x_i
-    np.testing.assert_allclose(stack.cache["layers.0.scores"][0].numpy(), expected, atol=1e-12)
+    expected = tokens[:, :2] @ tokens[:6, :2].T / 6  # first layer: x_jᵀ x_i over the mean
+    np.testing.assert_allclose(cache["layers.0.hook_scores"][0, 0].numpy(), expected, atol=1e-12)
+    np.testing.assert_allclose(out.numpy(), stack.predict(x, y, q).numpy(), atol=1e-12)
 
 
-def test_stack_refuses_wrong_context_size():
-    x, y, q = _data(1, 6, 2, 1, 9)
-    with pytest.raises(ValueError, match="N = 5"):
-        LSAStack.gd(2, 1, 5, 0.1).predict(x, y, q)
+def test_a_gd_stack_runs_at_every_context_size():
+    """The one convention (context mean, weights hold η): no context size is built in."""
+    for n in (3, 6, 11):
+        x, y, q = _data(1, n, 2, 1, n)
+        got = LSAStack.gd(2, 1, 0.4).predict(x, y, q).numpy()
+        np.testing.assert_allclose(got[0], gd_predict(x[0], y[0], q[0], [0.4]), atol=1e-12)
 
 
 def test_mesa_layer_is_ridge_at_every_prefix():

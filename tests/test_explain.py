@@ -20,7 +20,7 @@ def _tasks(n: int = 600, seed: int = 0):
 
 
 def test_a_gd_layer_is_explained_as_gd_with_its_eta() -> None:
-    ex = explain(LSAStack.gd(10, 1, 10, eta=0.7), _tasks())
+    ex = explain(LSAStack.gd(10, 1, eta=0.7), _tasks())
     assert ex.best == "GD"
     gd = ex.fit("GD")
     assert gd.params["eta"] == pytest.approx(0.7, rel=1e-9)
@@ -38,7 +38,7 @@ def test_preconditioned_layer_and_ridge_are_recovered() -> None:
     rng = np.random.default_rng(2)
     a = rng.normal(size=(10, 10))
     gamma = np.eye(10) + 0.3 * (a + a.T) / 2
-    layer = LSAStack.preconditioned(gamma, 1, 10, eta=1.0)
+    layer = LSAStack.preconditioned(gamma, 1, eta=1.0)
     ex = explain(layer, _tasks(seed=2), families=("GD", "preconditioned GD"))
     assert ex.best == "preconditioned GD"
     assert np.allclose(np.array(ex.fit("preconditioned GD").params["gamma"]), gamma, atol=1e-8)
@@ -59,11 +59,11 @@ def test_agreement_against_numpy() -> None:
 def test_bad_input() -> None:
     t = _tasks(20)
     with pytest.raises(ValueError, match="tasks"):
-        explain(LSAStack.gd(10, 1, 10), (t.x_ctx, t.y_ctx))
+        explain(LSAStack.gd(10, 1), (t.x_ctx, t.y_ctx))
     with pytest.raises(ValueError, match="families"):
-        explain(LSAStack.gd(10, 1, 10), t, families=("GD", "lasso"))
+        explain(LSAStack.gd(10, 1), t, families=("GD", "lasso"))
     with pytest.raises(ValueError, match="x_ctx"):
-        explain(LSAStack.gd(10, 1, 10), (t.x_ctx[:, :0], t.y_ctx[:, :0], t.x_query))
+        explain(LSAStack.gd(10, 1), (t.x_ctx[:, :0], t.y_ctx[:, :0], t.x_query))
 
 
 def test_cli_explains_a_trained_checkpoint_as_gd(tmp_path) -> None:

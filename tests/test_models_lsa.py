@@ -90,8 +90,8 @@ def test_gd_products_are_one_gd_step_and_eta_is_read_back() -> None:
     expected = np.einsum("bmd,bkd->bmk", q, w1)
     assert np.allclose(model.predict(x, y, q).numpy(), expected, atol=1e-12)
     assert model.learned_eta() == pytest.approx(eta, rel=1e-12)
-    # the construction of attnreg.constructions holds η/N instead of η: same predictions
-    assert np.allclose(LSAStack.gd(4, 1, n, eta).predict(x, y, q).numpy(), expected, atol=1e-12)
+    # the construction of attnreg.constructions is the same module: same predictions
+    assert np.allclose(LSAStack.gd(4, 1, eta).predict(x, y, q).numpy(), expected, atol=1e-12)
     # only the products are identifiable: (s·PV, KQ/s) reads the same η
     scaled = TrainableLSA.from_products(kq / 3.0, pv * 3.0)
     assert scaled.learned_eta() == pytest.approx(eta, rel=1e-12)
@@ -101,13 +101,23 @@ def test_gd_products_are_one_gd_step_and_eta_is_read_back() -> None:
 
 def test_attention_is_recorded_by_name() -> None:
     x, y, q = _tasks()
-    model = TrainableLSA(4, layers=2, heads=2, dtype=torch.float64).recording()
-    model.predict(x, y, q)
-    assert {"layers.0.heads.0.scores", "layers.1.heads.1.weights"} <= set(model.cache)
-    assert model.cache["layers.0.heads.1.scores"].shape == (3, 9, 7)
-    sm = SoftmaxAttention(4).recording()
-    sm.predict(x, y, q)
-    w = sm.cache["layers.0.heads.0.weights"]
+    model = TrainableLSA(4, layers=2, heads=2, dtype=torch.float64)
+    plain = model.predict(x, y, q)
+    hooked, cache = model.run_with_cache(x, y, q)
+    assert {"layers.0.hook_scores", "layers.1.hook_weights", "layers.1.hook_output"} <= set(cache)
+    assert cache["layers.0.hook_scores"].shape == (3, 2, 9, 7)  # (B, H, T, N)
+    assert cache["layers.1.hook_scores"].shape == (3, 2, 2, 7)  # the last layer: queries only
+    torch.testing.assert_close(hooked, plain)  # the explicit path gives the same predictions
+    # layer 0's scores of head h: e_jᵀ KQ_hᵀ e_i / N over the tokens, by a loop
+    kq = model.key_query(0).detach().numpy()
+    queries = np.concatenate([q, 0 * q[..., :1]], -1)
+    tokens = np.concatenate([np.concatenate([x, y], -1), queries], 1)
+    for h in range(2):
+        want = np.einsum("btd,ed,bne->btn", tokens, kq[h], tokens[:, :7]) / 7
+        np.testing.assert_allclose(cache["layers.0.hook_scores"][:, h].numpy(), want, atol=1e-12)
+    sm = SoftmaxAttention(4, dtype=torch.float64)
+    _, cache = sm.run_with_cache(x, y, q)
+    w = cache["layers.0.hook_weights"]
     assert torch.allclose(w.sum(-1), torch.ones_like(w.sum(-1)))
 
 

@@ -50,10 +50,10 @@ def test_constructed_regression_attention_is_ridge(qk):
     np.testing.assert_allclose(fitted, sk.predict(x), rtol=0, atol=1e-10)
     np.testing.assert_allclose(predicted, sk.predict(q), rtol=0, atol=1e-10)
     # its attention matrix on the training rows is the ridge hat matrix
-    model.recording(True)
-    model(torch.tensor(x), torch.tensor(x), torch.tensor(y))
+    args = (torch.tensor(x), torch.tensor(x), torch.tensor(y))
+    _, cache = model.run_with_cache(*args, method="forward")
     hat = x @ np.linalg.solve(x.T @ x + LAM * np.eye(d), x.T)
-    np.testing.assert_allclose(model.cache["weights"][0].numpy(), hat, atol=1e-10)
+    np.testing.assert_allclose(cache["attn.hook_weights"][0].numpy(), hat, atol=1e-10)
 
 
 def test_whitening_built_in_is_ols_for_any_invertible_shared_w():
@@ -84,10 +84,10 @@ def test_softmax_attention_matches_a_numpy_softmax_smoother():
     wq, wk = model.w_q.detach().numpy(), model.w_k.detach().numpy()
     weights = softmax((q @ wq) @ (x @ wk).T / np.sqrt(x.shape[1]), axis=1)
     np.testing.assert_allclose(model.predict(x, y, q).numpy(), weights @ y, atol=1e-12)
-    model.recording(True)
-    with torch.no_grad():
+    seen = []
+    with torch.no_grad(), model.hooks([("attn.hook_weights", lambda t, _n: seen.append(t))]):
         loo = model(torch.tensor(x), torch.tensor(x), torch.tensor(y), exclude_self=True)
-    a = model.cache["weights"][0].numpy()
+    a = seen[0][0].numpy()
     np.testing.assert_allclose(np.diag(a), 0.0)
     np.testing.assert_allclose(a.sum(1), 1.0, atol=1e-12)
     scores = (x @ wq) @ (x @ wk).T / np.sqrt(x.shape[1])
@@ -101,12 +101,12 @@ def test_softmax_attention_matches_a_numpy_softmax_smoother():
 def test_effective_metric_gives_the_scores(variant, qk, whitening):
     x, y, q = _data(seed=5)
     model = AttentionRegression(x.shape[1], variant=variant, qk=qk, whitening=whitening, seed=1)
-    model.recording(True)
     with torch.no_grad():
-        model(torch.tensor(q), torch.tensor(x), torch.tensor(y))
+        args = (torch.tensor(q), torch.tensor(x), torch.tensor(y))
+        _, cache = model.run_with_cache(*args, method="forward")
     metric = model.effective_metric(torch.tensor(x))[0].numpy()
     np.testing.assert_allclose(
-        model.cache["scores"][0].numpy(), q @ metric @ x.T / len(x), rtol=1e-9, atol=1e-12
+        cache["attn.hook_scores"][0].numpy(), q @ metric @ x.T / len(x), rtol=1e-9, atol=1e-12
     )
 
 

@@ -2,9 +2,11 @@
 
 Every estimator answers ``predict(x_ctx, y_ctx, x_query)`` batched over tasks:
 ``(B, N, d), (B, N, dy), (B, M, d) -> (B, M, dy)`` (unbatched 2-D inputs, and 1-D ``y``, give
-matching unbatched outputs). In the one form of ``math.md`` each is ``sep(X* M Xᵀ) · Y``.
+matching unbatched outputs). In the one form each is ``sep(X* M Xᵀ) · Y``. The closed forms (OLS,
+ridge, GD) are the independent references of the constructions; the kernel smoother is an
+attention form and runs through the attention core.
 
-Conventions (``math.md``): the GD loss is ``L(W) = (1/2N) Σ ‖W x_i − y_i‖²`` with ``W`` of shape
+Conventions: the GD loss is ``L(W) = (1/2N) Σ ‖W x_i − y_i‖²`` with ``W`` of shape
 ``(dy, d)``; ridge penalises ``λ‖W‖²`` on the sum of squares (scikit-learn's ``Ridge(alpha=λ)``
 without intercept).
 """
@@ -17,18 +19,20 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from attnreg.core.associate import SIMILARITIES, associate
+from attnreg.core.attention import SIMILARITIES, Attention
+from attnreg.core.scaling import rescale_tasks, rescaled_ridge
 from attnreg.core.validation import (
     ArrayLike,
     as_tensor,
     check_choice,
+    check_finite_result,
     check_nonnegative,
     check_positive,
     check_positive_int,
     check_tasks,
     per_step,
 )
-from attnreg.core.whitening import RankWarning, covariance_scale, default_rtol
+from attnreg.core.whitening import RankWarning, covariance_scale, default_rtol, whitening_matrix
 
 
 @runtime_checkable
@@ -60,6 +64,10 @@ class OLS:
     """
 
     rtol: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.rtol is not None:
+            check_nonnegative("rtol", self.rtol)
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """OLS predictions for the queries, fitted on each task's context."""
@@ -95,16 +103,21 @@ class Ridge:
         check_choice("covariance", self.covariance, ("gram", "mean"))
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
-        """Ridge predictions for the queries."""
+        """Ridge predictions for the queries. Each task is rescaled by powers of two when its
+        magnitude would over- or underflow ``XᵀX`` (ridge on ``X/s`` is ridge with ``λ/s²``)."""
         xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
         n, d = xc.shape[1], xc.shape[2]
-        lam = self.lam * covariance_scale(n, self.covariance)
+        xc, yc, sx, sy = rescale_tasks(xc, yc)
+        xq = xq / sx if bool((sx != 1).any()) else xq
+        lam = rescaled_ridge(self.lam * covariance_scale(n, self.covariance), sx)
+        lam_t = torch.as_tensor(lam, dtype=xc.dtype).reshape(-1, 1, 1)
         if n < d:
-            gram = xc @ xc.mT + lam * torch.eye(n, dtype=xc.dtype, device=xc.device)
-            alpha = torch.linalg.solve(gram, yc)
-            return (xq @ (xc.mT @ alpha)).reshape(shape)
-        s = xc.mT @ xc + lam * torch.eye(d, dtype=xc.dtype, device=xc.device)
-        return (xq @ torch.linalg.solve(s, xc.mT @ yc)).reshape(shape)
+            gram = xc @ xc.mT + lam_t * torch.eye(n, dtype=xc.dtype, device=xc.device)
+            out = xq @ (xc.mT @ torch.linalg.solve(gram, yc))
+        else:
+            s = xc.mT @ xc + lam_t * torch.eye(d, dtype=xc.dtype, device=xc.device)
+            out = xq @ torch.linalg.solve(s, xc.mT @ yc)
+        return check_finite_result(out * sy).reshape(shape)
 
 
 def gd_weights(
@@ -155,7 +168,7 @@ class GD:
         """Predictions ``W_K x_q`` after K GD steps on each task's context."""
         xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
         w = gd_weights(xc, yc, self.eta, self.steps, self.w0)
-        return (xq @ w.mT).reshape(shape)
+        return check_finite_result(xq @ w.mT).reshape(shape)
 
 
 @dataclass
@@ -172,6 +185,8 @@ class PreconditionedGD:
 
     def __post_init__(self) -> None:
         check_positive_int("steps", self.steps)
+        for e in per_step("eta", self.eta, self.steps):
+            check_positive("eta", e)
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """Predictions after K preconditioned GD steps."""
@@ -182,7 +197,7 @@ class PreconditionedGD:
                 f"gamma: expected shape (d, d) = {(xc.shape[-1],) * 2}, got {tuple(g.shape)}"
             )
         w = gd_weights(xc, yc, self.eta, self.steps, self.w0, gamma=g)
-        return (xq @ w.mT).reshape(shape)
+        return check_finite_result(xq @ w.mT).reshape(shape)
 
 
 def optimal_preconditioner(sigma: ArrayLike, n: int) -> torch.Tensor:
@@ -208,6 +223,8 @@ class GDPlusPlus:
 
     def __post_init__(self) -> None:
         check_positive_int("steps", self.steps)
+        for e in per_step("eta", self.eta, self.steps):
+            check_positive("eta", e)
         for g in per_step("gamma", self.gamma, self.steps):
             check_nonnegative("gamma", g)
 
@@ -225,14 +242,15 @@ class GDPlusPlus:
             s = x.mT @ x
             lin = (s @ w0.mT - x.mT @ y) * (eta / n)
             x, y, xq, yq = x - gamma * x @ s, y + x @ lin, xq - gamma * xq @ s, yq + xq @ lin
-        return (-yq).reshape(shape)
+        return check_finite_result(-yq).reshape(shape)
 
 
 @dataclass
 class KernelSmoother:
     """Nadaraya–Watson kernel smoother = softmax attention with values Y:
     ``ŷ* = softmax(β · sim(x*, X)) Y`` (Nadaraya 1964, Watson 1964; the one form with
-    ``sep`` = softmax).
+    ``sep`` = softmax), through the attention core (fused kernel for bilinear similarities: no
+    ``M × N`` matrix, whatever the width of ``Y``). ``whitened_dot`` uses ``(XᵀX)⁺``.
     """
 
     beta: float = 1.0
@@ -245,11 +263,12 @@ class KernelSmoother:
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """Softmax-weighted average of the context targets."""
         xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
-        out = associate(
-            xq, xc, yc, similarity=self.similarity, separation="softmax", beta=self.beta
-        )
-        assert isinstance(out, torch.Tensor)
-        return out.reshape(shape)
+        metric = None
+        if self.similarity == "whitened_dot":
+            white = whitening_matrix(xc, checked=True).matrix
+            metric = white @ white.mT
+        out = Attention(self.similarity, "softmax", self.beta)(xq, xc, yc, metric=metric)
+        return check_finite_result(out).reshape(shape)
 
 
 def causal_ridge(

@@ -4,26 +4,42 @@ from __future__ import annotations
 
 import torch
 
-from attnreg.constructions._cache import RecordsAttention
-from attnreg.core.validation import ArrayLike, check_positive, check_tasks
+from attnreg.core.attention import Attention, Hooked
+from attnreg.core.scaling import rescale_tasks, rescaled_ridge
+from attnreg.core.validation import ArrayLike, check_finite_result, check_positive, check_tasks
 
 
-class MesaLayer(RecordsAttention):
+def rls_inverse(keys: torch.Tensor, lam: float | torch.Tensor) -> torch.Tensor:
+    """``R_N = (Σ_{i≤N} k_i k_iᵀ + λI)⁻¹`` (``(B, d, d)``) by recursive least squares:
+    ``R_0 = λ⁻¹ I``, ``R_t = R_{t−1} − (R_{t−1} k_t)(R_{t−1} k_t)ᵀ / (1 + k_tᵀ R_{t−1} k_t)``
+    (Sherman–Morrison). ``lam``: one λ or one per task."""
+    b, n, d = keys.shape
+    lam_t = torch.as_tensor(lam, dtype=keys.dtype, device=keys.device).reshape(-1, 1, 1)
+    inv = torch.eye(d, dtype=keys.dtype, device=keys.device).expand(b, d, d) / lam_t
+    for t in range(n):
+        k = keys[:, t].unsqueeze(-1)
+        rk = inv @ k
+        inv = inv - (rk @ rk.mT) / (1.0 + k.mT @ rk)
+    return inv
+
+
+class MesaLayer(Hooked):
     """von Oswald et al. (2023), "Uncovering mesa-optimization algorithms in Transformers"
     (arXiv 2309.05858). Keys ``k_t = x_t``, values ``v_t = y_t`` and queries ``q_t = x_t`` are read
     from the tokens; the output at every position is ``W_t q_t`` with
 
-    ``W_t = argmin_W Σ_{i≤t} ‖W k_i − v_i‖² + λ‖W‖²``
+    ``W_t = argmin_W Σ_{i≤t} ‖W k_i − v_i‖² + λ‖W‖² = (Σ_{i≤t} v_i k_iᵀ) R_t``
 
-    computed by recursive least squares: ``R_0 = λ⁻¹ I``,
-    ``R_t = R_{t−1} − (R_{t−1} k_t)(R_{t−1} k_t)ᵀ / (1 + k_tᵀ R_{t−1} k_t)`` (Sherman–Morrison),
-    ``W_t = W_{t−1} + (v_t − W_{t−1} k_t) k_tᵀ R_t``. Only the first ``n_ctx`` tokens update
-    ``W``; later (query) tokens read out with ``W_{n_ctx}``.
+    and ``R_t = (Σ_{i≤t} k_i k_iᵀ + λI)⁻¹`` computed by recursive least squares
+    (:func:`rls_inverse`). Only the first ``n_ctx`` tokens update ``W``; later (query) tokens
+    read out with ``W_{n_ctx}``: ``W_N q = Σ_i v_i (k_iᵀ R_N q)`` — linear attention with the
+    metric ``R_N``, computed by the attention core (hook points ``attn.hook_q`` …).
     """
 
     def __init__(self, lam: float = 1.0) -> None:
         super().__init__()
         self.lam = check_positive("lam", lam)
+        self.attn = Attention("dot", "identity")
 
     def forward(
         self,
@@ -32,8 +48,8 @@ class MesaLayer(RecordsAttention):
         queries: torch.Tensor,
         n_ctx: int | None = None,
     ) -> torch.Tensor:
-        """``(B, T, d), (B, T, dv), (B, T', d) -> (B, T', dv)``; position t reads ``W_t``
-        (``W_{n_ctx}`` past the context)."""
+        """``(B, T, d), (B, T, dv), (B, T', d) -> (B, T', dv)``: position t reads ``W_t``
+        (``W_{n_ctx}`` past the context), updated by the recursion token by token."""
         b, t_len, d = keys.shape
         n = t_len if n_ctx is None else n_ctx
         inv = torch.eye(d, dtype=keys.dtype, device=keys.device).expand(b, d, d) / self.lam
@@ -46,16 +62,15 @@ class MesaLayer(RecordsAttention):
                 inv = inv - (rk @ rk.mT) / (1.0 + k.mT @ rk)
                 w = w + (v - w @ k) @ (k.mT @ inv)
             outputs.append((w @ queries[:, t].unsqueeze(-1)).squeeze(-1))
-        if self.record:
-            self.cache["weights"] = w.detach()
         return torch.stack(outputs, dim=1)
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
-        """Run the layer over the context tokens, then read the queries out with ``W_N``."""
+        """``W_N x*`` for every query: ``R_N`` by the recursion over the context, then the core's
+        linear attention ``x* R_N Xᵀ Y``. Each task is rescaled by powers of two when its
+        magnitude would over- or underflow (ridge on ``X/s`` is ridge with ``λ/s²``)."""
         xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
-        n = xc.shape[1]
-        keys = torch.cat([xc, xq], dim=1)
-        values = torch.cat(
-            [yc, torch.zeros(yc.shape[0], xq.shape[1], yc.shape[2], dtype=yc.dtype)], dim=1
-        )
-        return self(keys, values, keys, n_ctx=n)[:, n:].reshape(shape)
+        xc, yc, sx, sy = rescale_tasks(xc, yc)
+        xq = xq / sx if bool((sx != 1).any()) else xq
+        metric = rls_inverse(xc, rescaled_ridge(self.lam, sx))
+        out = self.attn(xq, xc, yc, metric=metric) * sy
+        return check_finite_result(out).reshape(shape)

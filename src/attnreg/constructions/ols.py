@@ -1,111 +1,42 @@
-"""Regression as one linear attention layer: the OLS-Transformer and OLS-as-attention."""
+"""Regression as one linear attention layer: the OLS-Transformer and OLS-as-attention.
+
+Both are weight factories for the attention core (:class:`attnreg.core.attention.Attention`,
+identity separation): ``fit`` computes the whitening ``L`` (``L Lᵀ = (S_c + λI)⁺``,
+:func:`attnreg.core.whitening.whitening_matrix`) and the output projection from the context;
+the forward pass is the core's, with its hook points ``attn.hook_q`` … ``attn.hook_output``.
+
+Exact on the data users have: X's numerical null space (zero, constant-with-intercept or
+collinear columns, ``N < d``) is dropped, which is the pseudo-inverse without ridge and exact
+ridge with it; each task's data is rescaled by a power of two when its magnitude would make
+``XᵀX`` overflow or underflow (:mod:`attnreg.core.scaling`), and the answer scaled back.
+"""
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+from typing import Self
 
-from attnreg.constructions._cache import RecordsAttention
+import torch
+
+from attnreg.core.attention import Attention, Hooked, gram, project
+from attnreg.core.scaling import rescale_tasks, rescaled_ridge
 from attnreg.core.validation import (
     ArrayLike,
     as_tensor,
     check_choice,
+    check_finite_result,
     check_nonnegative,
     check_tasks,
 )
 from attnreg.core.whitening import COVARIANCES, METHODS, Whitening, whitening_matrix
 
 
-def _whiten(
-    x: torch.Tensor,
-    ridge: float,
-    covariance: str,
-    method: str,
-    rtol: float | None,
-    checked: bool = False,
-) -> Whitening:
-    return whitening_matrix(
-        x, ridge=ridge, covariance=covariance, method=method, rtol=rtol, checked=checked
-    )
-
-
-def _project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``X W`` for batches of tokens ``(B, N, d)`` and weights ``(B, d, k)``.
-
-    For many small tasks (``B > 1``, ``N ≤ 1024``) it is evaluated as ``(Wᵀ Xᵀ)ᵀ``: the same
-    product, in the layout in which PyTorch's CPU batched matmul (MKL's strided batch GEMM)
-    runs it faster: by 5–10 % for the ``d × d`` token projections of P1, about twice as fast
-    for a single output column (``k = 1``, one matrix–vector product per task). One long
-    context keeps the plain layout, which is faster there (P3)."""
-    if x.shape[0] > 1 and x.shape[-2] <= 1024:
-        return (w.mT @ x.mT).mT
-    return x @ w
-
-
-def _gram(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """``Kᵀ V`` summed over the tokens of each task (``(B, N, d)``, ``(B, N, dv)``). With one
-    value column (``Kᵀ Y`` for a scalar target) it is evaluated as ``(Vᵀ K)ᵀ``: the same
-    product, about three times faster in PyTorch's CPU batched matmul for many small tasks."""
-    if v.shape[-1] == 1 and k.shape[0] > 1:
-        return (v.mT @ k).mT
-    return k.mT @ v
-
-
-TASK_BLOCK_BYTES = 2**20
-
-
-def _task_blocks(*tokens: torch.Tensor) -> list[slice]:
-    """Slices of the task axis of batched token tensors ``(B, N, d)``, each covering about
-    ``TASK_BLOCK_BYTES`` of the largest of them (at least one task per slice).
-
-    The tasks of a batch are independent, so the layer is evaluated one block of tasks at a
-    time. A block's keys ``X L`` and queries ``X* L`` are then about 1 MiB each (a whole P1
-    batch: 4 MiB each), so they are still in cache when ``Kᵀ V``, ``Kᵀ Y`` and ``Q · state``
-    read them back, and the allocator reuses their memory from block to block instead of
-    mapping fresh pages for each whole-batch temporary (about 1,000 page faults per call while
-    glibc's mmap threshold is still low). Measured on P1: 15–25 % less time in a fresh
-    process, a few percent once a large allocation has raised that threshold (as in ``attnreg
-    bench``). One long context (``B = 1``, P3) is a single block."""
-    b = max(t.shape[0] for t in tokens)
-    per_task = max(t[0].numel() * t.element_size() for t in tokens)
-    step = max(1, TASK_BLOCK_BYTES // max(1, per_task))
-    return [slice(start, min(start + step, b)) for start in range(0, b, step)]
-
-
-def _rows(x: torch.Tensor, block: slice) -> torch.Tensor:
-    """The tasks ``block`` of ``x``; a batch of one (shared by every task) is kept whole."""
-    return x if x.shape[0] == 1 else x[block]
-
-
-def _attend_block(
-    xq: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    w_q: torch.Tensor,
-    w_p: torch.Tensor,
-    scale: float,
-) -> torch.Tensor:
-    """The unrecorded forward pass of one block of tasks: ``Q ((Kᵀ V) W_P) / c`` with
-    ``Q = X* W_Q`` — the output projection is applied to the ``d × d`` state ``Kᵀ V`` (summed
-    over the context tokens) first, so no ``M × d`` intermediate besides ``Q`` is formed."""
-    state = _gram(k, v) @ w_p
-    if scale != 1.0:
-        state = state / scale
-    return _project(_project(xq, w_q), state)
-
-
-def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``a`` and ``b`` are the same matrix in memory (tied weights)."""
-    return a is b or (
-        a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
-    )
-
-
-class _FitsContext(RecordsAttention):
-    """Shared settings and the ``fit`` / ``predict`` protocol of the regression layers."""
+class _RegressionLayer(Hooked):
+    """Shared settings, scaling and the ``fit`` / ``forward`` / ``predict`` protocol."""
 
     context: torch.Tensor
-    values: torch.Tensor
+    keys: torch.Tensor
+    input_scale: torch.Tensor
+    target_scale: torch.Tensor
 
     def __init__(
         self,
@@ -118,50 +49,69 @@ class _FitsContext(RecordsAttention):
         self.ridge = check_nonnegative("ridge", ridge)
         self.covariance = check_choice("covariance", covariance, COVARIANCES)
         self.method = check_choice("method", method, METHODS)
-        self.rtol = rtol
+        self.rtol = None if rtol is None else check_nonnegative("rtol", rtol)
+        self.attn = Attention("dot", "identity")
         self.whitening: Whitening | None = None
+        self.scale = 1.0
 
-    def _query(self, x_query: ArrayLike, d: int, b: int, dtype: torch.dtype) -> torch.Tensor:
-        xq = as_tensor("x_query", x_query, ndim=(2, 3)).to(dtype)
-        xq = xq.unsqueeze(0) if xq.ndim == 2 else xq
-        if xq.shape[-1] != d or xq.shape[0] not in (1, b):
-            raise ValueError(
-                f"x_query shape {tuple(xq.shape)} does not fit the fitted context "
-                f"(batch {b}, d = {d})"
-            )
-        return xq
-
-    def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
-        """Build the layer from the context, then run its forward pass on the queries.
-
-        The inputs are validated once (``check_tasks``); construction and forward pass then
-        skip their own NaN/Inf scans.
-        """
-        xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
-        return self._fit_predict(xc, yc, xq).reshape(shape)
-
-    def fit(self, x_ctx: torch.Tensor, y_ctx: torch.Tensor) -> _FitsContext:
-        """Set the weights from a batched context ``(B, N, d)``, ``(B, N, dy)``."""
-        self._fit(x_ctx, y_ctx, checked=False)
+    def fit(self, x_ctx: ArrayLike, y_ctx: ArrayLike) -> Self:
+        """Set the weights from a context ``(B, N, d), (B, N, dy)`` (or unbatched)."""
+        xc, yc, _, _ = check_tasks(x_ctx, y_ctx, x_ctx)
+        self._fit(xc, yc)
         return self
 
-    def _fit_predict(self, xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
-        """Set the weights from a validated context, then run the forward pass on ``xq``."""
-        self._fit(xc, yc, checked=True)
-        return self._attend(xq)
+    def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
+        """Build the layer from the context, then run its forward pass on the queries:
+        ``(B, N, d), (B, N, dy), (B, M, d) -> (B, M, dy)``."""
+        xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
+        self._fit(xc, yc)
+        return check_finite_result(self._attend(xq)).reshape(shape)
 
-    def _fit(
-        self, x_ctx: torch.Tensor, y_ctx: torch.Tensor, checked: bool
-    ) -> None:  # pragma: no cover
-        """Set the weights (``checked``: the context was validated by the caller)."""
-        raise NotImplementedError
+    def forward(self, x_query: ArrayLike) -> torch.Tensor:
+        """The forward pass of the fitted layer on queries ``(B or 1, M, d)`` or ``(M, d)``."""
+        if self.whitening is None:
+            raise RuntimeError(f"{type(self).__name__}: call fit(x_ctx, y_ctx) first")
+        ctx = self.context
+        xq = as_tensor("x_query", x_query, ndim=(2, 3)).to(ctx.dtype)
+        xq = xq.unsqueeze(0) if xq.ndim == 2 else xq
+        if xq.shape[-1] != ctx.shape[-1] or xq.shape[0] not in (1, ctx.shape[0]):
+            raise ValueError(
+                f"x_query shape {tuple(xq.shape)} does not fit the fitted context "
+                f"(batch {ctx.shape[0]}, d = {ctx.shape[-1]})"
+            )
+        return check_finite_result(self._attend(xq.expand(ctx.shape[0], *xq.shape[1:])))
 
-    def _attend(self, xq: torch.Tensor) -> torch.Tensor:  # pragma: no cover
-        """The forward pass on validated queries ``(B or 1, M, d)``."""
-        raise NotImplementedError
+    def _fit(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        x, y, sx, sy = rescale_tasks(x, y)
+        lam = rescaled_ridge(self.ridge, sx)
+        white = whitening_matrix(
+            x,
+            ridge=lam,
+            covariance=self.covariance,
+            method=self.method,
+            rtol=self.rtol,
+            checked=True,
+        )
+        self.whitening, self.scale = white, white.scale
+        self.register_buffer("context", x, persistent=False)
+        self.register_buffer("input_scale", sx, persistent=False)
+        self.register_buffer("target_scale", sy, persistent=False)
+        self._set_weights(white, x, y)
+
+    def _attend(self, xq: torch.Tensor) -> torch.Tensor:
+        sx, sy = self.input_scale, self.target_scale
+        rescaled = bool((sx != 1).any() or (sy != 1).any())
+        out = self._forward(xq / sx if rescaled else xq)
+        return out * sy if rescaled else out
+
+    def _set_weights(self, white: Whitening, x: torch.Tensor, y: torch.Tensor) -> None:
+        raise NotImplementedError  # pragma: no cover - every layer sets its own weights
+
+    def _forward(self, xq: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError  # pragma: no cover - every layer has its own forward
 
 
-class OLSTransformer(_FitsContext):
+class OLSTransformer(_RegressionLayer):
     """Tan & Zhao (arXiv 2604.13656), "Ordinary Least Squares is a Special Case of Transformer".
 
     One linear attention layer, no softmax, with ``W_Q = W_K = W_V = L`` (the whitening,
@@ -171,145 +121,73 @@ class OLSTransformer(_FitsContext):
     ``out = (X* L)(X L)ᵀ (X L) P / c = X* L P = X* β̂``   (c = 1 for ``"gram"``, N for ``"mean"``)
 
     and on its own context the attention ``(XL)(XL)ᵀ`` is the hat matrix ``H``, so ``out = H Y``.
-    With a ridge ``λ > 0``, ``L Lᵀ = (S_c + λI)⁻¹`` and ``P = (Lᵀ S_c L)⁺ Lᵀ XᵀY / c`` keeps the
-    tied weights and gives ridge predictions. Slow memory: ``L, P``; fast memory: the scores.
+    With a ridge ``λ > 0``, ``L Lᵀ = (S_c + λI)⁻¹`` and ``P = G⁺ Lᵀ XᵀY / c`` with
+    ``G = Lᵀ S_c L = (XL)ᵀ(XL)/c`` (the factor the attention itself applies) keeps the tied weights
+    and gives ridge predictions. Slow memory: ``L, P``; fast memory: the keys ``X L`` and the
+    scores ``X* S⁻¹ Xᵀ`` (hook ``attn.hook_scores``).
     """
 
-    def fit(self, x_ctx: torch.Tensor, y_ctx: torch.Tensor) -> OLSTransformer:
-        """Set ``W_Q = W_K = W_V = L`` and ``W_P = P`` from a batched context ``(B, N, d)``."""
-        self._fit(x_ctx, y_ctx, checked=False)
-        return self
-
-    def _fit(self, x_ctx: torch.Tensor, y_ctx: torch.Tensor, checked: bool) -> None:
-        self._construct(x_ctx, y_ctx, None, checked)
-
-    def _fit_predict(self, xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
-        if self.record:  # the recorded forward keeps whole (B, M, N) score tensors
-            return super()._fit_predict(xc, yc, xq)
-        out = self._construct(xc, yc, xq, checked=True)
-        assert out is not None
-        return out
-
-    def _construct(
-        self, x: torch.Tensor, y: torch.Tensor, xq: torch.Tensor | None, checked: bool
-    ) -> torch.Tensor | None:
-        """Set ``W_Q = W_K = W_V = L`` and ``W_P = Lᵀ XᵀY / c`` (ridge: see the class); with
-        queries ``xq``, also run the forward pass on them and return it (``predict``).
-
-        After the whitening, the rest runs one block of tasks at a time (:func:`_task_blocks`):
-        a block's keys ``K = X W_K`` (also its values, ``W_V = W_K``) give the output projection
-        ``Kᵀ Y = Lᵀ XᵀY`` and, for ``predict``, the forward pass ``Q ((Kᵀ V) W_P) / c`` of
-        the same block, while ``K`` is still in cache."""
-        white = _whiten(x, self.ridge, self.covariance, self.method, self.rtol, checked)
+    def _set_weights(self, white: Whitening, x: torch.Tensor, y: torch.Tensor) -> None:
         lmat, c = white.matrix, white.scale
-        proj = x.new_empty(x.shape[0], x.shape[-1], y.shape[-1])
-        out = None if xq is None else x.new_empty(x.shape[0], xq.shape[-2], y.shape[-1])
-        for block in _task_blocks(x) if xq is None else _task_blocks(x, xq):
-            keys = _project(x[block], lmat[block])  # X W_K = X W_V (tied)
-            proj[block] = self._output_projection(white, block, keys, y[block])
-            if out is not None and xq is not None:
-                out[block] = _attend_block(xq[block], keys, keys, lmat[block], proj[block], c)
-        self.whitening = white
-        self.w_q = nn.Parameter(lmat, requires_grad=False)
-        self.w_k = nn.Parameter(lmat, requires_grad=False)
-        self.w_v = nn.Parameter(lmat, requires_grad=False)
-        self.w_p = nn.Parameter(proj, requires_grad=False)
-        self.register_buffer("context", x, persistent=False)
-        self.scale = c
-        return out
-
-    def _output_projection(
-        self, white: Whitening, block: slice, keys: torch.Tensor, y: torch.Tensor
-    ) -> torch.Tensor:
-        """``W_P`` of the tasks ``block``: ``(X L)ᵀ Y / c = Lᵀ XᵀY / c``; with a ridge, the
-        ``(Lᵀ S_c L)⁺`` correction of the class docstring (``Lᵀ S_c L = (XL)ᵀ(XL) / c``)."""
-        c = white.scale
-        rhs = _gram(keys, y)  # (X L)ᵀ Y = Lᵀ Xᵀ Y
+        keys = project(x, lmat)  # X W_K = X W_V (tied)
+        rhs = gram(keys, y)  # (X L)ᵀ Y = Lᵀ Xᵀ Y
         if c != 1.0:
             rhs = rhs / c
-        if self.ridge == 0:
-            return rhs
-        if white.eigenvalues is not None:
-            e = white.eigenvalues[block]
-            gain = torch.where(
-                e > 0, (e + self.ridge) / e.clamp_min(torch.finfo(e.dtype).tiny), 0.0
-            )
+        proj = rhs if self.ridge == 0 else self._ridge_projection(white, keys, rhs)
+        self.w_q = torch.nn.Parameter(lmat, requires_grad=False)
+        self.w_k = torch.nn.Parameter(lmat, requires_grad=False)
+        self.w_v = torch.nn.Parameter(lmat, requires_grad=False)
+        self.w_p = torch.nn.Parameter(proj, requires_grad=False)
+        self.register_buffer("keys", keys, persistent=False)
+
+    def _ridge_projection(
+        self, white: Whitening, keys: torch.Tensor, rhs: torch.Tensor
+    ) -> torch.Tensor:
+        """``P = G⁺ Lᵀ XᵀY / c``. From the eigen-whitening ``G = diag(e / (e + λ))`` on the kept
+        directions (``0`` on X's null space); for Cholesky, ``G = (XL)ᵀ(XL)/c`` and its
+        pseudo-inverse (symmetric eigendecomposition, relative tolerance ``max(N, d)·eps``)."""
+        if white.eigenvalues is not None and white.kept is not None:
+            e, lam = white.eigenvalues, white.ridge.unsqueeze(-1)
+            safe = torch.where(white.kept, e, torch.ones_like(e))
+            gain = torch.where(white.kept, (e + lam) / safe, torch.zeros_like(e))
             return gain.unsqueeze(-1) * rhs
-        return torch.linalg.solve(_gram(keys, keys) / c, rhs)
+        g = gram(keys, keys) / white.scale
+        n, d = keys.shape[-2], keys.shape[-1]
+        rtol = max(n, d) * torch.finfo(keys.dtype).eps
+        return torch.linalg.pinv(g, rtol=rtol, hermitian=True) @ rhs
 
-    def forward(self, x_query: ArrayLike) -> torch.Tensor:
-        """``(X* W_Q)(X W_K)ᵀ (X W_V) W_P / c`` — cross-attention of the queries to the context."""
-        if self.whitening is None:
-            raise RuntimeError("OLSTransformer: call fit(x_ctx, y_ctx) before the forward pass")
-        ctx: torch.Tensor = self.context
-        return self._attend(self._query(x_query, ctx.shape[-1], ctx.shape[0], ctx.dtype))
-
-    def _attend(self, xq: torch.Tensor) -> torch.Tensor:
-        """The forward pass on validated queries. Tied ``W_K = W_V`` project the context once.
-        Recorded, as written (scores and weights kept); otherwise one block of tasks at a time,
-        ``Q ((Kᵀ V) W_P) / c`` (:func:`_attend_block`)."""
-        ctx: torch.Tensor = self.context
-        tied = _shares_storage(self.w_k, self.w_v)
-        if self.record:
-            q = _project(xq, self.w_q)
-            k = _project(ctx, self.w_k)
-            v = k if tied else _project(ctx, self.w_v)
-            return self._linear_attention(q, k, v, self.scale) @ self.w_p
-        out = ctx.new_empty(ctx.shape[0], xq.shape[-2], self.w_p.shape[-1])
-        for block in _task_blocks(ctx, xq):
-            k = _project(ctx[block], self.w_k[block])
-            v = k if tied else _project(ctx[block], self.w_v[block])
-            w_q, w_p = self.w_q[block], self.w_p[block]
-            out[block] = _attend_block(_rows(xq, block), k, v, w_q, w_p, self.scale)
-        return out
+    def _forward(self, xq: torch.Tensor) -> torch.Tensor:
+        """``(X* W_Q)(X W_K)ᵀ (X W_V) W_P / c`` through the core; the tied ``W_K = W_V`` project
+        the context once."""
+        tied = self.w_k is self.w_v or torch.equal(self.w_k, self.w_v)
+        values = self.keys if tied else project(self.context, self.w_v)
+        q = project(xq, self.w_q)
+        return self.attn(q, self.keys, values, w_o=self.w_p, beta=1.0 / self.scale)
 
     @property
     def coefficients(self) -> torch.Tensor:
         """``β̂ = W_Q (X W_K)ᵀ (X W_V) W_P / c`` of shape ``(B, d, dy)``: the linear map the layer
-        applies to a query (``= L P`` when ``λ = 0``)."""
-        ctx: torch.Tensor = self.context
-        return self.w_q @ ((ctx @ self.w_k).mT @ (ctx @ self.w_v)) @ self.w_p / self.scale
+        applies to a query (``= L P`` when ``λ = 0``), in the caller's units."""
+        ctx = self.context
+        beta = self.w_q @ ((ctx @ self.w_k).mT @ (ctx @ self.w_v)) @ self.w_p / self.scale
+        return beta * self.target_scale / self.input_scale
 
 
-class OLSAttention(_FitsContext):
+class OLSAttention(_RegressionLayer):
     """Goulet Coulombe (arXiv 2504.09663), "OLS as an Attention Mechanism":
     ``Ŷ* = (X* L)(X L)ᵀ Y / c`` — queries are test rows, keys are training rows, values are the
     training targets ``Y``, separation is the identity. ``L`` from ``S_c + λI`` gives the ridge
     form ``X* (S_c + λI)⁻¹ XᵀY / c`` (``c = N`` for ``covariance="mean"``).
     """
 
-    def fit(self, x_ctx: torch.Tensor, y_ctx: torch.Tensor) -> OLSAttention:
-        """Set ``W_Q = W_K = L``; the values are ``Y`` itself (``W_V`` the identity on targets)."""
-        self._fit(x_ctx, y_ctx, checked=False)
-        return self
+    values: torch.Tensor
 
-    def _fit(self, x_ctx: torch.Tensor, y_ctx: torch.Tensor, checked: bool) -> None:
-        white = _whiten(x_ctx, self.ridge, self.covariance, self.method, self.rtol, checked)
-        self.whitening = white
-        self.w_q = nn.Parameter(white.matrix, requires_grad=False)
-        self.w_k = nn.Parameter(white.matrix, requires_grad=False)
-        self.register_buffer("context", x_ctx, persistent=False)
-        self.register_buffer("values", y_ctx, persistent=False)
-        self.scale = white.scale
+    def _set_weights(self, white: Whitening, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.w_q = torch.nn.Parameter(white.matrix, requires_grad=False)
+        self.w_k = torch.nn.Parameter(white.matrix, requires_grad=False)
+        self.register_buffer("values", y, persistent=False)
 
-    def forward(self, x_query: ArrayLike) -> torch.Tensor:
-        """``(X* W_Q)(X W_K)ᵀ Y / c``."""
-        if self.whitening is None:
-            raise RuntimeError("OLSAttention: call fit(x_ctx, y_ctx) before the forward pass")
-        ctx: torch.Tensor = self.context
-        return self._attend(self._query(x_query, ctx.shape[-1], ctx.shape[0], ctx.dtype))
-
-    def _attend(self, xq: torch.Tensor) -> torch.Tensor:
-        """``(X* W_Q)(X W_K)ᵀ Y / c``. Recorded, as written (scores and weights kept);
-        otherwise as ``X* (W_Q (W_Kᵀ (Xᵀ Y))) / c`` — the same product, associated so that only
-        ``d``-sized matrices and the output are formed: one pass over the context and one
-        over the queries, linear in ``N`` and ``M`` (quality.md P3)."""
-        ctx: torch.Tensor = self.context
-        if self.record:
-            q = _project(xq, self.w_q)
-            k = _project(ctx, self.w_k)
-            return self._linear_attention(q, k, self.values, self.scale)
-        state = self.w_q @ (self.w_k.mT @ (ctx.mT @ self.values))
-        if self.scale != 1.0:
-            state = state / self.scale
-        return xq @ state
+    def _forward(self, xq: torch.Tensor) -> torch.Tensor:
+        """``(X* W_Q)(X W_K)ᵀ Y / c`` through the core (linear in N and M)."""
+        q, k = project(xq, self.w_q), project(self.context, self.w_k)
+        return self.attn(q, k, self.values, beta=1.0 / self.scale)

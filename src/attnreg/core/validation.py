@@ -1,6 +1,6 @@
 """One input-validation module, used by every data-taking function of attnreg.
 
-The rules (see ``quality.md``, reliability table):
+The rules:
 
 * NaN or Inf anywhere -> ``ValueError`` naming the argument and the first bad index.
 * Shapes that do not agree -> ``ValueError`` stating both shapes.
@@ -55,6 +55,13 @@ def as_tensor(
             )
         if array.dtype.kind in "US":
             raise ValueError(f"{name}: must be numeric, got strings (dtype={array.dtype})")
+        if array.dtype.kind == "u" and array.size and int(array.max()) >= _EXACT_INT_LIMIT:
+            raise ValueError(
+                f"{name}: integer values of magnitude >= 2**53 cannot be represented exactly "
+                "in float64; rescale them first"
+            )
+        if array.dtype.kind in "bu":  # torch has few kernels for bool / unsigned tensors
+            array = array.astype(np.float64)
         tensor = torch.from_numpy(np.ascontiguousarray(array))
     if tensor.dtype in _REFUSED:
         raise ValueError(
@@ -64,11 +71,14 @@ def as_tensor(
     if tensor.is_complex():
         raise ValueError(f"{name}: complex input is not supported (dtype={tensor.dtype})")
     if not tensor.is_floating_point():
-        if tensor.numel() and int(tensor.abs().max()) >= _EXACT_INT_LIMIT:
-            raise ValueError(
-                f"{name}: integer values of magnitude >= 2**53 cannot be represented exactly "
-                "in float64; rescale them first"
-            )
+        # min/max rather than abs: abs is not defined for bool and unsigned tensors
+        if tensor.dtype != torch.bool and tensor.numel():
+            low, high = int(tensor.min()), int(tensor.max())
+            if max(-low, high) >= _EXACT_INT_LIMIT:
+                raise ValueError(
+                    f"{name}: integer values of magnitude >= 2**53 cannot be represented "
+                    "exactly in float64; rescale them first"
+                )
         tensor = tensor.to(torch.float64)
     if dtype is not None:
         tensor = tensor.to(dtype)
@@ -168,6 +178,8 @@ def check_tasks(
         yc = yc.unsqueeze(-1)
     if not batched:
         xc, yc, xq = xc.unsqueeze(0), yc.unsqueeze(0), xq.unsqueeze(0)
+    if xc.shape[0] == 0:
+        raise ValueError(f"x_ctx: empty batch (B = 0 tasks), shape {shapes['x_ctx']}")
     if xc.shape[1] == 0:
         raise ValueError(f"x_ctx: empty context (N = 0), shape {shapes['x_ctx']}")
     if xc.shape[2] == 0:
@@ -191,6 +203,19 @@ def check_tasks(
     if batched:
         out_shape = (xc.shape[0], *out_shape)
     return xc, yc, xq, out_shape
+
+
+def check_finite_result(out: torch.Tensor, name: str = "predict") -> torch.Tensor:
+    """Return ``out`` if every entry is finite; else a ``ValueError``: the inputs were finite
+    (they are checked on entry), so the computation overflowed at this input scale."""
+    if out.numel() and not math.isfinite(float(out.detach().sum())):
+        if not bool(torch.isfinite(out).all()):
+            raise ValueError(
+                f"{name}: the result overflowed (inf/NaN) although the inputs are finite: the "
+                "inputs or parameters are too large for this computation in "
+                f"{str(out.dtype).removeprefix('torch.')}; rescale the inputs"
+            )
+    return out
 
 
 def per_step(name: str, value: float | Sequence[float], steps: int) -> list[float]:

@@ -1,17 +1,21 @@
 """Whitening: a matrix ``L`` with ``L Lᵀ = (S + λI)⁻¹`` (pseudo-inverse when rank-deficient).
 
 ``S = XᵀX`` (``covariance="gram"``) or ``S = XᵀX / N`` (``covariance="mean"``; every score of a
-whitened layer is then multiplied by ``1/N``). Eigen-form (``math.md`` → Whitening):
-``S = V Λ Vᵀ``, ``L = V (Λ + λI)^{-1/2}``; whitened features ``F = X L`` satisfy ``FᵀF = I``
-when ``λ = 0``. Eigenvalues at or below ``rtol · max eigenvalue`` are dropped (pseudo-inverse,
-with a warning naming the rank found) unless a ridge ``λ > 0`` is given.
+whitened layer is then multiplied by ``1/N``). Eigen-form: ``S = V Λ Vᵀ``,
+``L = V (Λ + λI)^{-1/2}``; whitened features ``F = X L`` satisfy ``FᵀF = I`` when ``λ = 0``.
+Directions whose singular value is at or below ``rtol · σ_max`` are X's numerical null space:
+they are dropped (their column of ``L`` is zero), with or without ridge. ``X`` has no component
+there, so the ridge solution ``(XᵀX + λI)⁻¹XᵀY`` has none either and dropping them is exact;
+without ridge it is the pseudo-inverse (minimum-norm solution), and a warning names the rank.
 
 Three methods give the same layer (any ``L`` with ``L Lᵀ = S⁻¹`` does):
 
 * ``"svd"`` (default): from the SVD ``X = U Σ Vᵀ`` of the data itself, so ``Λ = Σ²/c`` is never
   formed by squaring — the accurate path for ill-conditioned ``X`` (error ∝ κ(X), not κ(X)²).
 * ``"eigh"``: the symmetric eigendecomposition of ``S``, literally as written in the papers.
-* ``"cholesky"``: ``S + λI = C Cᵀ``, ``L = C⁻ᵀ`` — fastest, requires a positive-definite matrix.
+* ``"cholesky"``: ``S + λI = C Cᵀ``, ``L = C⁻ᵀ`` — fastest; it cannot tell a tiny eigenvalue from
+  zero, so it refuses a design whose condition estimate ``tr(S + λI) · ‖L‖_F²`` (between
+  ``κ`` and ``d² κ``) exceeds ``1/(max(N, d) · u)``: use ``"svd"`` for rank-deficient data.
 
 Sources: Goulet Coulombe, "OLS as an Attention Mechanism" (arXiv 2504.09663); Tan & Zhao,
 "Ordinary Least Squares is a Special Case of Transformer" (arXiv 2604.13656).
@@ -43,15 +47,18 @@ class Whitening:
     """A whitening of ``X``: ``matrix`` is ``L`` (``(B, d, d)``) with ``L Lᵀ = (S_c + λI)⁺``.
 
     ``eigenvalues`` are those of ``S_c`` in the basis of ``L``'s columns (``None`` for Cholesky),
+    ``kept`` marks the columns outside X's numerical null space (``None`` for Cholesky: all),
     ``rank`` the numerical rank of each task's ``X``, ``scale`` the divisor ``c`` (1 or N),
-    ``condition`` the condition number of ``S_c`` over its kept eigenvalues.
+    ``ridge`` the λ of each task (``(B,)``), ``condition`` the condition number of ``S_c + λI``
+    over its kept eigenvalues.
     """
 
     matrix: torch.Tensor
     eigenvalues: torch.Tensor | None
+    kept: torch.Tensor | None
     rank: torch.Tensor
     scale: float
-    ridge: float
+    ridge: torch.Tensor
     condition: torch.Tensor
 
 
@@ -69,7 +76,7 @@ def default_rtol(n: int, d: int, dtype: torch.dtype) -> float:
 def whitening_matrix(
     x: torch.Tensor,
     *,
-    ridge: float = 0.0,
+    ridge: float | torch.Tensor = 0.0,
     covariance: str = "gram",
     method: str = "svd",
     rtol: float | None = None,
@@ -79,22 +86,22 @@ def whitening_matrix(
     """Whitening of ``x`` (``(N, d)`` or ``(B, N, d)``): ``L = V (Λ + λI)^{-1/2}``.
 
     ``rtol`` is relative to the largest singular value of ``X`` (default ``max(N, d)·eps``);
-    eigenvalues below it count as zero. With ``ridge = 0`` they are dropped (pseudo-inverse)
-    and a :class:`RankWarning` names the rank found. ``checked=True`` says ``x`` is a floating
-    tensor already validated by the caller (e.g. by ``check_tasks``): the NaN/Inf scan is
-    skipped.
+    directions below it are dropped (module docstring) and, without ridge, a
+    :class:`RankWarning` names the rank found. ``ridge`` is λ ≥ 0, one number or one per task
+    (``(B,)``). ``checked=True`` says ``x`` is a floating tensor already validated by the caller
+    (e.g. by ``check_tasks``): the NaN/Inf scan is skipped.
     """
     if not (checked and isinstance(x, torch.Tensor) and x.is_floating_point()):
         x = as_tensor("x", x, ndim=(2, 3))
-    check_nonnegative("ridge", ridge)
     check_choice("method", method, METHODS)
     if x.ndim == 2:
         x = x.unsqueeze(0)
+    lam = _ridge(ridge, x)
     n, d = x.shape[-2], x.shape[-1]
     c = covariance_scale(n, covariance)
     tol = default_rtol(n, d, x.dtype) if rtol is None else check_nonnegative("rtol", rtol)
     if method == "cholesky":
-        return _cholesky(x, ridge, c)
+        return _cholesky(x, lam, c)
     if method == "svd":
         sigma, vecs = right_singular(x)
         k = sigma.shape[-1]
@@ -113,24 +120,36 @@ def whitening_matrix(
         kept = eig > tol * top
         eig = eig.clamp_min(0)
     rank = kept.sum(-1)
-    if ridge > 0:
-        inv_sqrt = (eig + ridge).rsqrt()
-    else:
-        inv_sqrt = torch.where(kept, eig.clamp_min(torch.finfo(x.dtype).tiny).rsqrt(), 0.0)
-        if warn and bool((rank < d).any()):
-            warnings.warn(
-                f"x: rank-deficient design (rank {int(rank.min())} < d = {d}); using the "
-                "pseudo-inverse (minimum-norm solution). Pass ridge > 0 to regularise instead.",
-                RankWarning,
-                stacklevel=2,
-            )
+    shifted = eig + lam.unsqueeze(-1)
+    inv_sqrt = torch.where(kept, shifted.clamp_min(torch.finfo(x.dtype).tiny).rsqrt(), 0.0)
+    if warn and bool(((rank < d) & (lam == 0)).any()):
+        warnings.warn(
+            f"x: rank-deficient design (rank {int(rank.min())} < d = {d}); using the "
+            "pseudo-inverse (minimum-norm solution). Pass ridge > 0 to regularise instead.",
+            RankWarning,
+            stacklevel=2,
+        )
     matrix = vecs * inv_sqrt.unsqueeze(-2)
-    big = eig[..., 0]
-    small = torch.where(kept, eig, torch.full_like(eig, float("inf"))).amin(-1)
-    condition = (big + ridge) / (small + ridge) if ridge > 0 else big / small
+    big = shifted[..., 0]
+    small = torch.where(kept, shifted, torch.full_like(eig, float("inf"))).amin(-1)
+    condition = big / small
     if warn:
         warn_conditioning(condition, x.dtype)
-    return Whitening(matrix, eig, rank, c, float(ridge), condition)
+    return Whitening(matrix, eig, kept, rank, c, lam, condition)
+
+
+def _ridge(ridge: float | torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """λ per task as a ``(B,)`` tensor in ``x``'s dtype; every entry finite and ``>= 0``."""
+    if isinstance(ridge, torch.Tensor):
+        lam = ridge.detach().to(x.dtype).reshape(-1)
+        if lam.numel() not in (1, x.shape[0]) or not bool((torch.isfinite(lam) & (lam >= 0)).all()):
+            raise ValueError(
+                f"ridge: must be finite numbers >= 0, one or one per task ({x.shape[0]}); "
+                f"got shape {tuple(ridge.shape)}"
+            )
+        return lam.expand(x.shape[0])
+    value = check_nonnegative("ridge", ridge)
+    return torch.full((x.shape[0],), value, dtype=x.dtype, device=x.device)
 
 
 def right_singular(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -192,21 +211,27 @@ def warn_conditioning(condition: torch.Tensor, dtype: torch.dtype) -> None:
         )
 
 
-def _cholesky(x: torch.Tensor, ridge: float, c: float) -> Whitening:
-    d = x.shape[-1]
+def _cholesky(x: torch.Tensor, lam: torch.Tensor, c: float) -> Whitening:
+    n, d = x.shape[-2], x.shape[-1]
     s = x.mT @ x
     if c != 1.0:
         s = s / c
-    if ridge > 0:
-        s = s + ridge * torch.eye(d, dtype=x.dtype, device=x.device)
+    if bool((lam > 0).any()):
+        s = s + lam.view(-1, 1, 1) * torch.eye(d, dtype=x.dtype, device=x.device)
     chol, info = torch.linalg.cholesky_ex(s)
-    if bool(info.any()):  # info > 0: the leading minor of that order is not positive
+    refused = bool(info.any())  # info > 0: the leading minor of that order is not positive
+    if not refused:
+        eye = torch.eye(d, dtype=x.dtype, device=x.device).expand_as(s)
+        matrix = torch.linalg.solve_triangular(chol, eye, upper=False).mT
+        # κ ≤ tr(S) · ‖S⁻¹‖_F-like estimate ≤ d² κ: tr(S) ∈ [λ_max, d λ_max], ‖L‖_F² = tr(S⁻¹)
+        estimate = s.diagonal(dim1=-2, dim2=-1).mean(-1) * (d * matrix.square().sum((-2, -1)))
+        unit = torch.finfo(x.dtype).eps / 2
+        refused = not bool((estimate * unit * max(n, d) <= 1).all())
+    if refused:
         raise ValueError(
-            "x: XᵀX is not positive definite (rank-deficient design); the Cholesky whitening "
-            "needs full rank: use method='svd' (pseudo-inverse) or ridge > 0"
+            "x: XᵀX is numerically singular for the Cholesky whitening (rank-deficient or too "
+            "ill-conditioned a design: collinear, constant or all-zero columns, or N < d); use "
+            "method='svd' (pseudo-inverse, minimum-norm) or ridge > 0"
         )
-    eye = torch.eye(d, dtype=x.dtype, device=x.device).expand_as(s)
-    matrix = torch.linalg.solve_triangular(chol, eye, upper=False).mT
-    low, high = torch.aminmax(chol.diagonal(dim1=-2, dim2=-1), dim=-1)
     rank = torch.full((x.shape[0],), d, dtype=torch.long, device=x.device)
-    return Whitening(matrix, None, rank, c, float(ridge), (high / low) ** 2)
+    return Whitening(matrix, None, None, rank, c, lam, estimate)

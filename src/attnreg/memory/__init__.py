@@ -1,7 +1,7 @@
 """Associative memories in the Universal Hopfield form, with their energies.
 
 ``retrieve(q) = Vᵀ sep(β · sim(K, q))`` (Millidge et al. 2022) on the chunked
-:func:`attnreg.core.associate` kernel:
+:func:`attnreg.core.attention` kernel:
 
 * :class:`PseudoInverseMemory` — regression memory (whitened dot, identity): capacity ``d``;
 * :class:`HebbianMemory` — Hopfield (1982): capacity ``0.138 d`` / ``d / (2 ln d)``;

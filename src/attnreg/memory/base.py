@@ -1,7 +1,7 @@
 """Shared pieces of the associative memories: input checks, sign updates, polynomial separation.
 
 Every memory is the Universal Hopfield form ``retrieve(q) = Vᵀ sep(sim(K, q))`` of Millidge et
-al. (2022), computed by :func:`attnreg.core.associate` (batched over queries, chunked over
+al. (2022), computed by :func:`attnreg.core.attention` (batched over queries, chunked over
 memories, never holding the queries × memories score matrix).
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from numpy.polynomial import Polynomial
 
-from attnreg.core.associate import DEFAULT_MEMORY_BUDGET, associate
+from attnreg.core.attention import DEFAULT_MEMORY_BUDGET, associate
 from attnreg.core.validation import as_tensor
 from attnreg.data.patterns import check_binary
 

@@ -1,7 +1,7 @@
 """Linear and polynomial memories: pseudo-inverse (regression), Hebbian Hopfield, dense AM.
 
 All three are ``Vᵀ sep(sim(K, q))`` (Millidge et al. 2022) evaluated by
-:func:`attnreg.core.associate`; none holds the queries × memories score matrix except the
+:func:`attnreg.core.attention`; none holds the queries × memories score matrix except the
 asynchronous dense-memory update (documented there).
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnreg.core.associate import DEFAULT_MEMORY_BUDGET, associate
+from attnreg.core.attention import DEFAULT_MEMORY_BUDGET, associate
 from attnreg.core.validation import check_choice, check_nonnegative, check_positive_int
 from attnreg.core.whitening import whitening_matrix
 from attnreg.memory.base import (

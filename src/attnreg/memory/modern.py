@@ -1,7 +1,7 @@
 """Modern Hopfield (softmax attention) memory and the Universal Hopfield grid.
 
 Both are ``Vᵀ sep(β · sim(K, q))`` (Millidge et al. 2022) evaluated by
-:func:`attnreg.core.associate`: streaming softmax / top-1 over blocks of memories, so millions
+:func:`attnreg.core.attention`: streaming softmax / top-1 over blocks of memories, so millions
 of memories are searched without the queries × memories score matrix.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from attnreg.core.associate import DEFAULT_MEMORY_BUDGET, SEPARATIONS, associate, chunk_sizes
+from attnreg.core.attention import DEFAULT_MEMORY_BUDGET, SEPARATIONS, associate, chunk_sizes
 from attnreg.core.validation import check_choice, check_positive, check_positive_int
 from attnreg.core.whitening import whitening_matrix
 from attnreg.memory.base import check_patterns, check_states, polynomial_associate

@@ -1,16 +1,26 @@
-"""Trainable linear self-attention on in-context regression tokens (von Oswald et al. 2023).
+"""Linear self-attention on in-context regression tokens (von Oswald et al. 2023).
+
+This is attnreg's one LSA module: the trainable models and the gradient-descent constructions
+(:class:`attnreg.constructions.LSAStack`, a weight factory for it) are the same class, run through
+the attention core (:class:`attnreg.core.attention.Attention`).
 
 Token layout (von Oswald et al. 2023, "Transformers learn in-context by gradient descent"):
-context tokens ``e_i = (x_i, y_i) ∈ R^{D}``, ``D = d + dy``, query tokens ``(x_q, 0)``; the
-prediction is **minus** the query's y-entry after the last layer. One layer, head h:
+context tokens ``e_i = (x_i, y_i) ∈ R^{D}``, ``D = d + dy``, query tokens ``(x_q, −W0 x_q)``
+(``W0 = 0`` unless a construction sets it); the prediction is **minus** the query's y-entry
+after the last layer. One layer, head h:
 
 ``e_j ← e_j + Σ_h PV_h · (1/N) Σ_{i≤N} e_i e_iᵀ · KQ_h · e_j``
 
-with ``KQ_h = W_{K,h}ᵀ W_{Q,h}`` and ``PV_h = P_h W_{V,h}`` — the only identifiable products
-(``math.md``). Unlike the construction in :mod:`attnreg.constructions.lsa` the context sum is
-divided by ``N`` here, so the weights hold ``η`` rather than ``η/N`` and one model can be
-evaluated at every context size (Garg et al. 2022): the GD step is
-``KQ = [[I, 0], [0, 0]]``, ``PV = [[0, 0], [0, −η I]]`` = ``N ×`` the constructed ``P W_V``.
+with ``KQ_h = W_{K,h}ᵀ W_{Q,h}`` and ``PV_h = P_h W_{V,h}`` — the only identifiable products:
+``(s·PV, KQ/s)`` is the same layer. **The convention, once:** the context sum is a mean (divided by
+``N``), so the weights hold ``η`` and one model runs at every context size (Garg et al. 2022). One
+GD step on ``L(W) = (1/2N) Σ ‖W x_i − y_i‖²`` from ``W0`` is ``KQ = [[I, 0], [0, 0]]``,
+``PV = [[0, 0], [η W0, −η I]]`` (the paper's ``P W_V`` holds ``η/N`` and sums; the same layer).
+
+In the core's terms a layer is ``Attention(q = E, k = v = E_ctx, metric = KQ_hᵀ, W_O = PV_hᵀ,
+β = 1/N)`` with identity separation, summed over heads; the hook points are
+``layers.{l}.hook_scores`` ``(B, H, T, N)``, ``layers.{l}.hook_weights`` and
+``layers.{l}.hook_output``.
 
 Parametrisations (``variant``):
 
@@ -21,21 +31,22 @@ Parametrisations (``variant``):
 * ``"factored"``: four free matrices ``W_Q, W_K, W_V, P`` per head (the paper's model).
 
 ``layers`` layers deep, each with its own weights, or ``recurrent`` (one set of weights applied
-``layers`` times). Attention scores and weights are recorded by name
-(``"layers.{l}.heads.{h}.scores"`` / ``".weights"``) when ``record`` is on.
+``layers`` times).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 import torch
 from torch import nn
 
-from attnreg.constructions._cache import RecordsAttention
+from attnreg.core.attention import Attention, Hooked
 from attnreg.core.validation import (
     ArrayLike,
+    as_tensor,
     check_choice,
+    check_finite_result,
     check_nonnegative,
     check_positive_int,
     check_tasks,
@@ -44,18 +55,24 @@ from attnreg.core.validation import (
 VARIANTS = ("full", "gdpp", "factored")
 
 
-class TokenModel(RecordsAttention):
-    """Shared token layout, read-out, ``predict`` and checkpoint spec of the trainable models."""
+class TokenModel(Hooked):
+    """Shared token layout, read-out, ``predict`` and checkpoint spec of the token models: each
+    layer is one attention core (``separation``) over the context tokens."""
 
     kind = "token-model"
+    w0: torch.Tensor | None
 
-    def __init__(self, d: int, dy: int, layers: int, heads: int, recurrent: bool) -> None:
+    def __init__(
+        self, d: int, dy: int, layers: int, heads: int, recurrent: bool, separation: str
+    ) -> None:
         super().__init__()
         self.d = check_positive_int("d", d)
         self.dy = check_positive_int("dy", dy)
         self.n_layers = check_positive_int("layers", layers)
         self.heads = check_positive_int("heads", heads)
         self.recurrent = bool(recurrent)
+        self.layers = nn.ModuleList(Attention("dot", separation) for _ in range(self.n_layers))
+        self.register_buffer("w0", None)
 
     @property
     def width(self) -> int:
@@ -66,44 +83,77 @@ class TokenModel(RecordsAttention):
     def n_weight_sets(self) -> int:
         return 1 if self.recurrent else self.n_layers
 
+    def set_w0(self, w0: ArrayLike | None) -> None:
+        """The initial weights ``W0`` (``(dy, d)``) of the query tokens ``(x_q, −W0 x_q)``."""
+        if w0 is None:
+            self.w0 = None
+            return
+        w = as_tensor("w0", w0, ndim=(2,))
+        if w.shape != (self.dy, self.d):
+            raise ValueError(f"w0: expected shape ({self.dy}, {self.d}), got {tuple(w.shape)}")
+        self.w0 = w
+
     def tokens(
         self, x_ctx: torch.Tensor, y_ctx: torch.Tensor, x_query: torch.Tensor
     ) -> torch.Tensor:
-        """``[(x_i, y_i)]_{i≤N} ++ [(x_q, 0)]`` as ``(B, N + M, D)``."""
-        zeros = x_query.new_zeros(*x_query.shape[:-1], self.dy)
-        return torch.cat([torch.cat([x_ctx, y_ctx], -1), torch.cat([x_query, zeros], -1)], dim=1)
+        """``[(x_i, y_i)]_{i≤N} ++ [(x_q, −W0 x_q)]`` as ``(B, N + M, D)``."""
+        if self.w0 is None:
+            yq = x_query.new_zeros(*x_query.shape[:-1], self.dy)
+        else:
+            yq = -(x_query @ self.w0.to(x_query.dtype).mT)
+        return torch.cat([torch.cat([x_ctx, y_ctx], -1), torch.cat([x_query, yq], -1)], dim=1)
 
-    def layer(self, tokens: torch.Tensor, n_ctx: int, index: int, last: bool) -> torch.Tensor:
-        raise NotImplementedError  # pragma: no cover
+    def key_query(self, layer: int = 0) -> torch.Tensor:
+        """``KQ_h`` of every head of weight set ``layer``: ``(H, D, D)``."""
+        raise NotImplementedError  # pragma: no cover - every model defines its products
+
+    def value_projection(self, layer: int = 0) -> torch.Tensor:
+        """``PV_h`` of every head of weight set ``layer``: ``(H, D, D)``."""
+        raise NotImplementedError  # pragma: no cover - every model defines its products
+
+    def context_scale(self, n_ctx: int) -> float:
+        """β of the core: ``1/N`` for a context mean (linear), 1 for softmax."""
+        return 1.0 / n_ctx
+
+    def attend(
+        self, i: int, queries: torch.Tensor, ctx: torch.Tensor, readout: bool = False
+    ) -> torch.Tensor:
+        """Layer ``i``'s attention update of ``queries`` ``(B, T, D)`` from the context tokens
+        ``(B, N, D)``: ``Σ_h sep(β · E KQ_hᵀ E_ctxᵀ) E_ctx PV_hᵀ`` through core ``layers[i]``.
+        With ``readout`` only the y-columns of the update are computed."""
+        w = 0 if self.recurrent else i
+        dtype = queries.dtype
+        kq = self.key_query(w).to(dtype)
+        w_o = self.value_projection(w).to(dtype).mT
+        if readout:
+            w_o = w_o[..., self.d :]
+        b, h = queries.shape[0], self.heads
+        q = queries.unsqueeze(1).expand(b, h, *queries.shape[1:])
+        k = ctx.unsqueeze(1).expand(b, h, *ctx.shape[1:])
+        core = self.layers[i]
+        return core(q, k, k, metric=kq.mT, w_o=w_o, beta=self.context_scale(ctx.shape[1]))
 
     def forward(self, tokens: torch.Tensor, n_ctx: int, queries_only: bool = False) -> torch.Tensor:
         """Run the layers on ``tokens (B, T, D)`` (keys/values: the first ``n_ctx``). With
         ``queries_only`` the last layer updates (and returns) only the query tokens."""
         for i in range(self.n_layers):
             last = queries_only and i == self.n_layers - 1
-            tokens = self.layer(tokens, n_ctx, 0 if self.recurrent else i, last)
-            if self.record:
-                for key in list(self.cache):
-                    if key.startswith("_"):
-                        self.cache[f"layers.{i}.{key[1:]}"] = self.cache.pop(key)
+            queries = tokens[:, n_ctx:] if last else tokens
+            tokens = queries + self.attend(i, queries, tokens[:, :n_ctx])
         return tokens
-
-    def query_targets(self, tokens: torch.Tensor, n_ctx: int, index: int) -> torch.Tensor:
-        """The y-entries ``(B, M, dy)`` of the query tokens after one more layer (the read-out
-        layer; subclasses may compute only these entries)."""
-        return self.layer(tokens, n_ctx, index, True)[..., self.d :]
 
     def forward_predict(
         self, x_ctx: torch.Tensor, y_ctx: torch.Tensor, x_query: torch.Tensor
     ) -> torch.Tensor:
-        """Differentiable prediction on already-checked batched tensors: ``(B, M, dy)``."""
+        """Differentiable prediction on already-checked batched tensors: ``(B, M, dy)``; the last
+        layer computes only the queries' y-entries."""
         n = x_ctx.shape[1]
         tokens = self.tokens(x_ctx, y_ctx, x_query)
-        if self.record:
-            return -self(tokens, n, queries_only=True)[..., self.d :]
         for i in range(self.n_layers - 1):
-            tokens = self.layer(tokens, n, 0 if self.recurrent else i, False)
-        return -self.query_targets(tokens, n, 0 if self.recurrent else self.n_layers - 1)
+            tokens = tokens + self.attend(i, tokens, tokens[:, :n])
+        queries = tokens[:, n:]
+        last = self.n_layers - 1
+        return -(queries[..., self.d :] + self.attend(last, queries, tokens[:, :n], readout=True))
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """The one signature: ``(B, N, d), (B, N, dy), (B, M, d) -> (B, M, dy)`` (minus the
@@ -117,7 +167,7 @@ class TokenModel(RecordsAttention):
         device = next(self.parameters()).device
         with torch.no_grad():
             out = self.forward_predict(xc.to(device), yc.to(device), xq.to(device))
-        return out.reshape(shape)
+        return check_finite_result(out).reshape(shape)
 
     def spec(self) -> dict[str, Any]:
         """Constructor arguments (JSON-like), stored in checkpoints."""
@@ -154,7 +204,7 @@ class TrainableLSA(TokenModel):
         seed: int = 0,
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        super().__init__(d, dy, layers, heads, recurrent)
+        super().__init__(d, dy, layers, heads, recurrent, "identity")
         self.variant = check_choice("variant", variant, VARIANTS)
         self.init_scale = check_nonnegative("init_scale", init_scale)
         self.seed = int(seed)
@@ -181,7 +231,7 @@ class TrainableLSA(TokenModel):
     @classmethod
     def from_products(
         cls, key_query: torch.Tensor, value_projection: torch.Tensor, dy: int = 1, **kwargs: Any
-    ) -> TrainableLSA:
+    ) -> Self:
         """A ``"full"`` model with the given products, shaped ``(L, H, D, D)``, ``(H, D, D)`` or
         ``(D, D)`` (e.g. the GD construction ``KQ = [[I,0],[0,0]]``, ``PV = [[0,0],[0,−ηI]]``)."""
         kq = key_query.detach()
@@ -222,39 +272,6 @@ class TrainableLSA(TokenModel):
             pv = self.pv[layer]
         return pv * self.pv_mask
 
-    def layer(self, tokens: torch.Tensor, n_ctx: int, index: int, last: bool) -> torch.Tensor:
-        """``E ← E + Σ_h E KQ_hᵀ C PV_hᵀ`` with ``C = E_ctxᵀ E_ctx / N`` (no ``T × N`` matrix)."""
-        dtype = tokens.dtype
-        kq = self.key_query(index).to(dtype)  # (H, D, D)
-        pv = self.value_projection(index).to(dtype)
-        ctx = tokens[:, :n_ctx]
-        cov = ctx.mT @ ctx / n_ctx  # (B, D, D)
-        mix = (kq.mT.unsqueeze(0) @ cov.unsqueeze(1) @ pv.mT.unsqueeze(0)).sum(1)  # (B, D, D)
-        if self.record:
-            scores = torch.einsum("btd,hed,bne->bhtn", tokens, kq, ctx) / n_ctx
-            for h in range(self.heads):
-                self.cache[f"_heads.{h}.scores"] = scores[:, h].detach()
-                self.cache[f"_heads.{h}.weights"] = scores[:, h].detach()  # identity separation
-        if last:
-            queries = tokens[:, n_ctx:]
-            return queries + queries @ mix
-        return tokens + tokens @ mix
-
-    def query_targets(self, tokens: torch.Tensor, n_ctx: int, index: int) -> torch.Tensor:
-        """Only the queries' y-entries: ``y_q + Σ_h (1/N) Σ_i (e_qᵀ KQ_hᵀ e_i)(PV_h[y] e_i)``,
-        computed with two shared-weight GEMMs and one batched contraction (no ``D × D`` per
-        task)."""
-        d, dy, h_n, width = self.d, self.dy, self.heads, self.width
-        dtype = tokens.dtype
-        kq = self.key_query(index).to(dtype)  # (H, D, D)
-        pv_y = self.value_projection(index).to(dtype)[:, d:, :]  # (H, dy, D)
-        queries, ctx = tokens[:, n_ctx:], tokens[:, :n_ctx]
-        b, m = queries.shape[:2]
-        q = (queries @ kq.permute(2, 0, 1).reshape(width, h_n * width)).view(b, m, h_n, width)
-        u = (ctx @ pv_y.permute(2, 0, 1).reshape(width, h_n * dy)).view(b, n_ctx, h_n * dy)
-        z = (ctx.mT @ u).view(b, width, h_n, dy)  # Σ_i e_i (PV_h[y] e_i)ᵀ
-        return queries[..., d:] + torch.einsum("bmhe,behk->bmk", q, z) / n_ctx
-
     def learned_eta(self) -> float:
         """The GD learning rate read from the scale-normalised weights of a one-layer model:
         ``η = −Σ_h mean diag(PV_h[y, y]) · mean diag(KQ_h[x, x])`` (invariant under
@@ -287,13 +304,23 @@ class TrainableLSA(TokenModel):
 
 
 def gd_products(
-    d: int, dy: int, eta: float, dtype: torch.dtype = torch.float64
+    d: int,
+    dy: int,
+    eta: float,
+    dtype: torch.dtype = torch.float64,
+    w0: torch.Tensor | None = None,
+    gamma: float = 0.0,
+    preconditioner: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The GD step in this module's ``1/N`` convention: ``KQ = [[I, 0], [0, 0]]``,
-    ``PV = [[0, 0], [0, −η I]]`` (von Oswald et al. 2023, Prop. 1, with ``η/N`` → ``η``)."""
+    """One (GD++ / preconditioned) GD step in this module's mean convention (von Oswald et al.
+    2023, Prop. 1; Ahn et al. 2023): ``KQ = [[Γ, 0], [0, 0]]`` (``Γ = I`` by default),
+    ``PV = [[−γ I, 0], [η W0, −η I]]`` (``γ`` multiplies the context *mean* here)."""
     width = d + dy
     kq = torch.zeros(width, width, dtype=dtype)
-    kq[:d, :d] = torch.eye(d, dtype=dtype)
+    kq[:d, :d] = torch.eye(d, dtype=dtype) if preconditioner is None else preconditioner
     pv = torch.zeros(width, width, dtype=dtype)
+    pv[:d, :d] = -gamma * torch.eye(d, dtype=dtype)
+    if w0 is not None:
+        pv[d:, :d] = eta * w0
     pv[d:, d:] = -eta * torch.eye(dy, dtype=dtype)
     return kq, pv

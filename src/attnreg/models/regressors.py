@@ -9,7 +9,7 @@ One layer, values = the context targets ``Y`` (the Goulet Coulombe reading, arXi
   divided by ``√d_k``; with values ``Y`` this is a Nadaraya–Watson kernel smoother.
 * ``variant="regression"`` — regression-like attention: identity separation, scores divided
   by ``N`` (the number of keys), so ``ŷ* = X* M XᵀY / N`` with ``M = W_q W_kᵀ``; at
-  ``M = (XᵀX/N)⁻¹`` it is OLS exactly (``math.md`` → the one form).
+  ``M = (XᵀX/N)⁻¹`` it is OLS exactly (the one form with identity separation).
 * ``variant="whitened"`` — whitening built into the layer: after the projections the keys'
   covariance ``S_K = KᵀK/N + ρI`` is whitened inside the forward pass (``L_K L_Kᵀ = S_K⁻¹``,
   Cholesky form; any such ``L_K`` gives the same layer) and ``(Q L_K)(K L_K)ᵀ / N`` is used
@@ -27,9 +27,10 @@ Switches:
   ``"separate"`` (``W_q``, ``W_k``), or ``"single"`` (one ``d × d`` matrix ``W = M``).
 * ``layernorm=True`` — ``nn.LayerNorm(d)`` on queries and keys before the projections.
 
-Attention tensors are readable by name (TransformerLens-style): with ``record = True`` every
-forward pass stores ``cache["scores"]`` (before separation, after scaling) and
-``cache["weights"]`` (the matrix ``A`` with ``ŷ* = A Y``).
+The attention itself is the core's (:class:`attnreg.core.attention.Attention`): queries and keys
+after the projections, values ``Y``, the scaling as β. Its tensors are readable by hook name
+(TransformerLens-style, ``run_with_cache``): ``attn.hook_scores`` (after scaling, before
+separation) and ``attn.hook_weights`` (the matrix ``A`` with ``ŷ* = A Y``).
 """
 
 from __future__ import annotations
@@ -39,8 +40,14 @@ import math
 import torch
 from torch import nn
 
-from attnreg.constructions._cache import RecordsAttention
-from attnreg.core.validation import ArrayLike, check_choice, check_positive, check_tasks
+from attnreg.core.attention import Attention, Hooked
+from attnreg.core.validation import (
+    ArrayLike,
+    check_choice,
+    check_finite_result,
+    check_positive,
+    check_tasks,
+)
 from attnreg.core.whitening import whitening_matrix
 
 VARIANTS = ("softmax", "regression", "whitened")
@@ -61,7 +68,7 @@ def symmetric_whitening(x: torch.Tensor) -> torch.Tensor:
     return lmat @ vecs.mT
 
 
-class AttentionRegression(RecordsAttention):
+class AttentionRegression(Hooked):
     """One attention layer that regresses query targets on the context (see module docstring).
 
     Parameters: ``w_q``, ``w_k`` (``qk="separate"``, each ``d × d_k``), ``w`` (``"shared"``:
@@ -110,6 +117,7 @@ class AttentionRegression(RecordsAttention):
         else:
             self.w = init(self.d, self.d)
         self.norm = nn.LayerNorm(self.d, dtype=dtype) if self.use_layernorm else None
+        self.attn = Attention("dot", "softmax" if variant == "softmax" else "identity")
 
     def extra_repr(self) -> str:
         return (
@@ -143,9 +151,11 @@ class AttentionRegression(RecordsAttention):
             return (self.w @ self.w.mT).detach()
         return self.w.detach().clone()
 
-    def scores(self, x_query: torch.Tensor, x_ctx: torch.Tensor) -> torch.Tensor:
-        """Scaled scores ``(B, M, N)``: ``Q Kᵀ/√d_k`` (softmax) or ``Q Kᵀ/N`` (the others)."""
-        n = x_ctx.shape[-2]
+    def queries_keys(
+        self, x_query: torch.Tensor, x_ctx: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries and keys as the core receives them: data whitening, layer norm, the
+        projections and (whitened variant) the keys' whitening ``L_K`` applied."""
         lmat = self._data_whitening(x_ctx)
         fq, fc = (x_query, x_ctx) if lmat is None else (x_query @ lmat, x_ctx @ lmat)
         if self.norm is not None:
@@ -154,30 +164,7 @@ class AttentionRegression(RecordsAttention):
         if self.variant == "whitened":
             lk = self._key_whitening(k)
             q, k = q @ lk, k @ lk
-        raw = (q @ self.w @ k.mT) if self.qk == "single" else q @ k.mT
-        if self.variant == "softmax":
-            return raw / math.sqrt(self.d_k)
-        return raw / n
-
-    def attention(
-        self, x_query: torch.Tensor, x_ctx: torch.Tensor, exclude_self: bool = False
-    ) -> torch.Tensor:
-        """The attention matrix ``A`` (``(B, M, N)``) with ``ŷ* = A Y``."""
-        s = self.scores(x_query, x_ctx)
-        if self.record:
-            self.cache["scores"] = s.detach()
-        if exclude_self:
-            if s.shape[-1] != s.shape[-2]:
-                raise ValueError(
-                    f"exclude_self needs the queries to be the context rows: scores shape "
-                    f"{tuple(s.shape)}"
-                )
-            eye = torch.eye(s.shape[-1], dtype=torch.bool, device=s.device)
-            s = s.masked_fill(eye, float("-inf") if self.variant == "softmax" else 0.0)
-        a = torch.softmax(s, dim=-1) if self.variant == "softmax" else s
-        if self.record:
-            self.cache["weights"] = a.detach()
-        return a
+        return q, k
 
     def forward(
         self,
@@ -186,12 +173,22 @@ class AttentionRegression(RecordsAttention):
         y_ctx: torch.Tensor,
         exclude_self: bool = False,
     ) -> torch.Tensor:
-        """``ŷ* = A(X*, X) · Y`` for batched ``(B, M, d), (B, N, d), (B, N, dy)`` tensors
-        (2-D tensors are treated as one task). No input checks: see :meth:`predict`."""
+        """``ŷ* = sep(β · Q M Kᵀ) · Y`` (``M = W`` for ``qk="single"``, else ``I``; ``β = 1/√d_k``
+        for softmax, ``1/N`` otherwise) for batched ``(B, M, d), (B, N, d), (B, N, dy)`` tensors
+        (2-D tensors are one task). ``exclude_self`` masks each query's own row (leave-one-out;
+        the queries must be the context rows). No input checks: see :meth:`predict`."""
         squeeze = x_query.ndim == 2
         if squeeze:
             x_query, x_ctx, y_ctx = x_query[None], x_ctx[None], y_ctx[None]
-        out = self.attention(x_query, x_ctx, exclude_self) @ y_ctx
+        if exclude_self and x_query.shape[-2] != x_ctx.shape[-2]:
+            raise ValueError(
+                f"exclude_self needs the queries to be the context rows: x_query shape "
+                f"{tuple(x_query.shape)}, x_ctx shape {tuple(x_ctx.shape)}"
+            )
+        q, k = self.queries_keys(x_query, x_ctx)
+        metric = self.w if self.qk == "single" else None
+        beta = 1 / math.sqrt(self.d_k) if self.variant == "softmax" else 1 / x_ctx.shape[-2]
+        out = self.attn(q, k, y_ctx, metric=metric, beta=beta, mask_self=exclude_self)
         return out[0] if squeeze else out
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
@@ -202,7 +199,7 @@ class AttentionRegression(RecordsAttention):
         dtype = next(self.parameters()).dtype
         with torch.no_grad():
             out = self(xq.to(dtype), xc.to(dtype), yc.to(dtype))
-        return out.reshape(shape)
+        return check_finite_result(out).reshape(shape)
 
     def effective_metric(self, x_ctx: torch.Tensor) -> torch.Tensor:
         """``M`` (``(B, d, d)``) with raw scores ``x* M xᵀ`` in the input coordinates.
@@ -236,7 +233,7 @@ class AttentionRegression(RecordsAttention):
         return core.detach().clone()
 
 
-class TrainableOLSTransformer(nn.Module):
+class TrainableOLSTransformer(Hooked):
     """The OLS-Transformer's architecture with free weights (Tan & Zhao, arXiv 2604.13656):
     one linear attention layer, no softmax, values from the inputs,
 
@@ -269,12 +266,33 @@ class TrainableOLSTransformer(nn.Module):
             return nn.Parameter(torch.randn(rows, cols, generator=gen, dtype=dtype) * std)
 
         self.w_q, self.w_k, self.w_v, self.w_p = init(d, d), init(d, d), init(d, d), init(d, dy)
+        self.d, self.dy = int(d), int(dy)
+        self.attn = Attention("dot", "identity")
 
     def forward(self, x_query: torch.Tensor, x_ctx: torch.Tensor) -> torch.Tensor:
-        """``(X* W_Q)(X W_K)ᵀ(X W_V) W_P / N`` for ``(…, M, d)`` queries and ``(…, N, d)``
-        context, computed as ``Q (Kᵀ V) / N`` (no ``M × N`` matrix)."""
+        """``(X* W_Q)(X W_K)ᵀ(X W_V) W_P / N`` for ``(B, M, d)`` queries and ``(B, N, d)`` context
+        (or 2-D, one task), through the core: ``Q (Kᵀ V W_P) / N``, no ``M × N`` matrix."""
+        squeeze = x_query.ndim == 2
+        if squeeze:
+            x_query, x_ctx = x_query[None], x_ctx[None]
         q, k, v = x_query @ self.w_q, x_ctx @ self.w_k, x_ctx @ self.w_v
-        return q @ (k.mT @ v) @ self.w_p / x_ctx.shape[-2]
+        out = self.attn(q, k, v, w_o=self.w_p, beta=1 / x_ctx.shape[-2])
+        return out[0] if squeeze else out
+
+    def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
+        """The one signature. The targets live in the slow weights (``W_P``, learned from the
+        training targets), so ``y_ctx`` is validated for its shape but not read: the context
+        ``X`` is the fast memory. ``(B, N, d), (B, N, dy), (B, M, d) -> (B, M, dy)``."""
+        xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
+        if xc.shape[-1] != self.d or yc.shape[-1] != self.dy:
+            raise ValueError(
+                f"x_ctx/y_ctx shapes {tuple(xc.shape)}/{tuple(yc.shape)} do not fit this model "
+                f"(d = {self.d}, dy = {self.dy})"
+            )
+        dtype = self.w_q.dtype
+        with torch.no_grad():
+            out = self(xq.to(dtype), xc.to(dtype))
+        return check_finite_result(out).reshape(shape)
 
     @property
     def qk_product(self) -> torch.Tensor:

@@ -5,9 +5,9 @@ attends to the context tokens through a softmax over ``N`` (Vaswani et al. 2017)
 
 ``e_j ← e_j + Σ_h PV_h Σ_{i≤N} softmax_i(e_iᵀ KQ_h e_j) e_i``
 
-i.e. a Nadaraya–Watson kernel smoother of the value vectors ``PV_h e_i`` (the one form of
-``math.md`` with ``sep`` = softmax). von Oswald et al. (2023) train this model with 2 heads and
-compare it with GD.
+i.e. a Nadaraya–Watson kernel smoother of the value vectors ``PV_h e_i`` (the one form with
+``sep`` = softmax), run through the attention core's fused softmax kernel. von Oswald et al.
+(2023) train this model with 2 heads and compare it with GD.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class SoftmaxAttention(TokenModel):
         seed: int = 0,
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        super().__init__(d, dy, layers, heads, recurrent)
+        super().__init__(d, dy, layers, heads, recurrent, "softmax")
         self.init_scale = check_nonnegative("init_scale", init_scale)
         self.seed = int(seed)
         gen = torch.Generator().manual_seed(self.seed)
@@ -53,22 +53,9 @@ class SoftmaxAttention(TokenModel):
         """``PV_h``: ``(H, D, D)``."""
         return self.pv[layer]
 
-    def layer(self, tokens: torch.Tensor, n_ctx: int, index: int, last: bool) -> torch.Tensor:
-        """``E ← E + Σ_h softmax(E KQ_hᵀ E_ctxᵀ) E_ctx PV_hᵀ`` (softmax over the context)."""
-        dtype = tokens.dtype
-        kq = self.kq[index].to(dtype)
-        pv = self.pv[index].to(dtype)
-        queries = tokens[:, n_ctx:] if last else tokens
-        ctx = tokens[:, :n_ctx]
-        keys = torch.einsum("bne,hed->bhnd", ctx, kq)  # KQ_hᵀ applied from the key side
-        scores = queries.unsqueeze(1) @ keys.mT  # (B, H, T, N): e_iᵀ KQ_h e_j
-        weights = torch.softmax(scores, dim=-1)
-        if self.record:
-            for h in range(self.heads):
-                self.cache[f"_heads.{h}.scores"] = scores[:, h].detach()
-                self.cache[f"_heads.{h}.weights"] = weights[:, h].detach()
-        values = ctx.unsqueeze(1) @ pv.mT.unsqueeze(0)  # (B, H, N, D)
-        return queries + (weights @ values).sum(1)
+    def context_scale(self, n_ctx: int) -> float:
+        """Softmax normalises over the context itself: β = 1."""
+        return 1.0
 
     def spec(self) -> dict[str, Any]:
         return {

@@ -119,7 +119,7 @@ class InContextRegressor(RegressorMixin, BaseEstimator):
             warnings.simplefilter("ignore", RankWarning)
             warnings.simplefilter("ignore", ConditioningWarning)
             if self.model == "gd":
-                out = LSAStack.gd(d, dy, n, self.eta_, self.steps).predict(xc_t, yc_t, xq_t)
+                out = LSAStack.gd(d, dy, self.eta_, self.steps).predict(xc_t, yc_t, xq_t)
             elif self.model == "gd++":
                 stack = LSAStack.gd_plus_plus(d, dy, n, self.eta_, self.gamma, self.steps)
                 out = stack.predict(xc_t, yc_t, xq_t)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnreg.core.associate import SEPARATIONS
+from attnreg.core.attention import SEPARATIONS
 from attnreg.core.threads import torch_threads
 from attnreg.core.validation import check_choice, check_positive, check_positive_int
 from attnreg.core.whitening import ConditioningWarning, RankWarning

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from attnreg.core.associate import SEPARATIONS
+from attnreg.core.attention import SEPARATIONS
 from attnreg.memory import GRID_SIMILARITIES
 from attnreg.output import save_figure
 from attnreg.studies.capacity_families import DIGITS_PANEL_CELLS

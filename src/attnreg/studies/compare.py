@@ -298,11 +298,12 @@ def train_cell(
     with warnings.catch_warnings(), torch_threads(config.threads):
         warnings.simplefilter("ignore", PlateauWarning)
         result = train(model, loss_fn, cfg, eval_fn=eval_fn, progress=False)
-    model.recording(True)
     with torch.no_grad(), torch_threads(config.threads):
-        train_pred = model(xtr, xtr, ytr, exclude_self=loo)
-        a_train = model.cache["weights"][0]
-        scores_train = model.cache["scores"][0]
+        names = ["attn.hook_weights", "attn.hook_scores"]
+        args = (xtr, xtr, ytr, loo)
+        train_pred, cache = model.run_with_cache(*args, names=names, method="forward")
+        a_train = cache["attn.hook_weights"][0]
+        scores_train = cache["attn.hook_scores"][0]
         test_pred = model(xte, xtr, ytr)
         metric = model.effective_metric(xtr)[0]
     row = _row(data.name, variant, whitening, qk, layernorm, seed) | {

@@ -351,7 +351,7 @@ def run(
                 f"construction: unknown value {construction!r}; valid names are "
                 f"{', '.join(CONSTRUCTIONS)}"
             )
-        predictor = LSAStack.gd(d, 1, n_ctx, cfg.eta) if construction == "gd" else OLSTransformer()
+        predictor = LSAStack.gd(d, 1, cfg.eta) if construction == "gd" else OLSTransformer()
         label = f"construction {construction}"
     steps = steps or 1
     inputs = "gaussian" if covariance is not None else cfg.inputs
