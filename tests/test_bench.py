@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from attnreg.bench import TARGETS, parse_ids, run_benchmarks
 from attnreg.bench import studies as bench_studies
 from attnreg.bench.common import loglog_slope, time_interleaved
+from attnreg.bench.dense import p7_beta, p7_data, p7_reference, p7_smoother
 from attnreg.cli import app
 
 KEYS = {"id", "workload", "value", "unit", "target", "passed", "reference", "details"}
@@ -29,13 +30,14 @@ def test_cli_smoke_dense_targets_print_well_formed_json():
     threads = torch.get_num_threads()
     try:
         result = CliRunner().invoke(
-            app, ["bench", "--smoke", "--json", "--only", "P1,p2", "--only", "P3", "--repeat", "1"]
+            app,
+            ["bench", "--smoke", "--json", "--only", "P1,p2,P7", "--only", "P3", "--repeat", "1"],
         )
     finally:
         torch.set_num_threads(threads)
     assert result.exit_code in (0, 1), result.output
     rows = json.loads(result.stdout)
-    assert [r["id"] for r in rows] == ["P1", "P2", "P3"]
+    assert [r["id"] for r in rows] == ["P1", "P2", "P3", "P7"]
     for row in rows:
         _well_formed(row)
         assert row["value"] is not None
@@ -46,6 +48,28 @@ def test_cli_smoke_dense_targets_print_well_formed_json():
     assert p2["peak_memory"]["peak_bytes"] > 0 and "extra_bytes" in p2["peak_memory"]
     assert p2["max_abs_diff_vs_sdpa"] < 1e-4
     assert rows[0]["details"]["max_abs_diff_vs_lstsq"] < 1e-8
+    p7 = rows[3]["details"]
+    assert p7["peak_memory"]["peak_bytes"] > 0 and "extra_bytes" in p7["peak_memory"]
+    assert p7["max_abs_diff_vs_sdpa"] <= p7["max_abs_diff_limit"]
+    assert p7["max_abs_diff_vs_float64_first_8_queries"] < 1e-5
+    assert {c["check"] for c in p7["checks"]} >= {
+        "time / SDPA (values zero-padded)",
+        "peak extra memory (GiB)",
+    }
+
+
+@pytest.mark.parametrize("dy", [1, 3, 8])
+def test_p7_smoother_equals_the_padded_sdpa_reference(dy):
+    n, m, d = 2000, 17, 8
+    x, y, xq = p7_data(n, m, d, dy, seed=3)
+    beta = p7_beta(d)
+    got = p7_smoother(x, y, xq, beta)()
+    ref = p7_reference(x, y, xq, beta)()
+    assert got.shape == ref.shape == (1, m, dy) and got.dtype == torch.float32
+    assert float((got - ref).abs().max()) <= 1e-6
+    # and both are the Nadaraya–Watson smoother: a float64 softmax over all keys
+    exact = torch.softmax(beta * (xq.double() @ x.double().mT), dim=-1) @ y.double()
+    assert torch.allclose(got.double(), exact, atol=1e-6, rtol=0)
 
 
 def test_p4_smoke_calls_the_icl_workload():

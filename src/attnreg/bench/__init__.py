@@ -1,4 +1,4 @@
-"""``attnreg bench``: the performance targets P1–P6 of ``quality.md``, measured in one run.
+"""``attnreg bench``: the performance targets P1–P7, measured in one run.
 
 The fp32 matmul rate of the machine (torch, 2048 × 2048) is measured first; then each target
 runs its workload and its reference in the same process on the same data, in alternation after
@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterable
 import torch
 
 from attnreg.bench.common import BenchResult, matmul_rate, set_threads
-from attnreg.bench.dense import SMOKE, Sizes, p1_p3
+from attnreg.bench.dense import SMOKE, Sizes, dense_targets
 from attnreg.bench.studies import guarded, p4_p6
 
-TARGETS = ("P1", "P2", "P3", "P4", "P5", "P6")
+TARGETS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7")
 
 __all__ = ["TARGETS", "BenchResult", "parse_ids", "run_benchmarks"]
 
@@ -62,7 +62,7 @@ def run_benchmarks(
         "torch": torch.__version__,
     }
     jobs = {
-        **p1_p3(wanted, sizes, repeat, rate["flops_per_s"], n_threads),
+        **dense_targets(wanted, sizes, repeat, rate["flops_per_s"], n_threads),
         **p4_p6(wanted, smoke, n_threads),
     }
     results: list[BenchResult] = []

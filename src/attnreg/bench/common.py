@@ -33,7 +33,7 @@ MATMUL_SIZE = 2048
 
 @dataclass
 class BenchResult:
-    """One row of ``attnreg bench``: a target of ``quality.md`` and its measurement.
+    """One row of ``attnreg bench``: a performance target and its measurement.
 
     ``value`` is the headline number in ``unit`` (``None`` when the workload could not run),
     ``target`` the threshold in words, ``reference`` what the value is measured against, and

@@ -1,12 +1,14 @@
-"""P1–P3: the dense kernels (constructed OLS layer, softmax retrieval, linear attention).
+"""P1–P3 and P7: the dense kernels (constructed OLS layer, softmax retrieval, linear
+attention, the softmax kernel smoother).
 
 Each builds its data once, times the workload against its references in alternation and
-reports the median ratio, the achieved fraction of the fp32 matmul rate, and (P2, P3) the peak
-resident set of a child process running the workload once.
+reports the median ratio, the achieved fraction of the fp32 matmul rate, and (P2, P3, P7) the
+peak resident set of a child process running the workload once.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,12 +28,13 @@ from attnreg.bench.common import (
     time_interleaved,
 )
 from attnreg.constructions.ols import OLSAttention, OLSTransformer
-from attnreg.core.associate import associate
+from attnreg.core.attention import associate
+from attnreg.estimators import KernelSmoother
 
 
 @dataclass(frozen=True)
 class Sizes:
-    """Problem sizes of P1–P3 (``quality.md``) or of the ``--smoke`` run."""
+    """Problem sizes of the dense targets P1–P3 and P7, or of the ``--smoke`` run."""
 
     p1_tasks: int = 512
     p1_n: int = 64
@@ -42,6 +45,10 @@ class Sizes:
     p2_d: int = 64
     p3_tokens: tuple[int, ...] = (100_000, 300_000, 1_000_000)
     p3_d: int = 32
+    p7_keys: int = 1_000_000
+    p7_queries: int = 4_096
+    p7_d: int = 8
+    p7_dy: int = 1
     matmul: int = 2048
 
 
@@ -55,6 +62,10 @@ SMOKE = Sizes(
     p2_d=8,
     p3_tokens=(500, 1500, 5000),
     p3_d=4,
+    p7_keys=3_000,
+    p7_queries=50,
+    p7_d=4,
+    p7_dy=1,
     matmul=128,
 )
 
@@ -321,14 +332,137 @@ def bench_p3(sizes: Sizes, repeat: int, rate: float, threads: int) -> BenchResul
     )
 
 
-def p1_p3(
+# ---------------------------------------------------------------- P7: softmax kernel smoother
+
+
+def p7_beta(d: int) -> float:
+    """The smoother's inverse temperature: ``β = 1/√d``, so that ``β · x*·x`` is the scaled dot
+    product of attention (unit-variance inputs give scores of unit variance)."""
+    return 1.0 / math.sqrt(d)
+
+
+def p7_data(n: int, m: int, d: int, dy: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """One float32 regression task: context ``x (1, N, d)`` Gaussian, targets
+    ``y = sin(x w) + 0.1 ε`` of width ``dy`` ``(1, N, dy)``, queries ``(1, M, d)`` Gaussian."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, n, d, generator=gen)
+    w = torch.randn(d, dy, generator=gen) / math.sqrt(d)
+    y = torch.sin(x @ w) + 0.1 * torch.randn(1, n, dy, generator=gen)
+    xq = torch.randn(1, m, d, generator=gen)
+    return x, y, xq
+
+
+def p7_smoother(
+    x: torch.Tensor, y: torch.Tensor, xq: torch.Tensor, beta: float
+) -> Callable[[], torch.Tensor]:
+    """The P7 call: the library's Nadaraya–Watson smoother, ``softmax(β x* xᵀ) y``."""
+    smoother = KernelSmoother(beta=beta, similarity="dot")
+    return lambda: smoother.predict(x, y, xq)
+
+
+def p7_reference(
+    x: torch.Tensor, y: torch.Tensor, xq: torch.Tensor, beta: float
+) -> Callable[[], torch.Tensor]:
+    """The P7 reference: ``scaled_dot_product_attention`` on the same queries and keys with
+    the values zero-padded to the key width once, outside the timed call (zero value columns
+    change nothing in the first ``dy``). The inputs get a head axis, ``(1, 1, ·, d)``, so that
+    the CPU dispatcher picks the flash-attention kernel."""
+    from torch.nn.functional import scaled_dot_product_attention
+
+    d, dy = x.shape[-1], y.shape[-1]
+    padded = torch.nn.functional.pad(y, (0, d - dy)) if dy < d else y
+    q4, k4, v4 = xq.unsqueeze(1), x.unsqueeze(1), padded.unsqueeze(1)
+    return lambda: scaled_dot_product_attention(q4, k4, v4, scale=beta)[:, 0, :, :dy]
+
+
+def p7_workload(n: int, m: int, d: int, dy: int) -> Callable[[], object]:
+    """The P7 call, for :func:`measure_peak` (runs in a child process)."""
+    x, y, xq = p7_data(n, m, d, dy)
+    return p7_smoother(x, y, xq, p7_beta(d))
+
+
+def p7_reference_workload(n: int, m: int, d: int, dy: int) -> Callable[[], object]:
+    """The P7 reference call, for :func:`measure_peak` (the padded values are data)."""
+    x, y, xq = p7_data(n, m, d, dy)
+    return p7_reference(x, y, xq, p7_beta(d))
+
+
+def _float64_check(
+    x: torch.Tensor, y: torch.Tensor, xq: torch.Tensor, beta: float, rows: int = 8
+) -> float:
+    """Max abs difference of the smoother from a float64 softmax over all keys, on the first
+    ``rows`` queries (``rows × N`` float64 scores: 64 MB at N = 10⁶)."""
+    got = KernelSmoother(beta=beta, similarity="dot").predict(x, y, xq[:, :rows])
+    scores = beta * (xq[:, :rows].double() @ x.double().mT)
+    exact = torch.softmax(scores, dim=-1) @ y.double()
+    return float((got.double() - exact).abs().max())
+
+
+def bench_p7(sizes: Sizes, repeat: int, rate: float, threads: int) -> BenchResult:
+    """The softmax kernel smoother (``KernelSmoother(similarity="dot").predict``, values of
+    width ``dy`` < ``d``) against SDPA on the same keys with the values zero-padded to width
+    ``d``: time ratio (in alternation), peak extra memory (child process), agreement."""
+    n, m, d, dy = sizes.p7_keys, sizes.p7_queries, sizes.p7_d, sizes.p7_dy
+    beta = p7_beta(d)
+    x, y, xq = p7_data(n, m, d, dy)
+    smoother = p7_smoother(x, y, xq, beta)
+    reference = p7_reference(x, y, xq, beta)
+    times = time_interleaved({"smoother": smoother, "sdpa_padded": reference}, repeat)
+    med = {name: median(t) for name, t in times.items()}
+    ratio = med["smoother"] / med["sdpa_padded"]
+    err = float((smoother() - reference()).abs().max())
+    # float32 bound: the outputs are convex combinations of y, so rounding is relative to |y|
+    err_limit = 1e-5 * max(1.0, float(y.abs().max()))
+    err64 = _float64_check(x, y, xq, beta)
+    kwargs = {"n": n, "m": m, "d": d, "dy": dy}
+    peak = measure_peak("attnreg.bench.dense:p7_workload", kwargs, threads)
+    ref_peak = measure_peak("attnreg.bench.dense:p7_reference_workload", kwargs, threads)
+    extra = peak.get("extra_bytes")
+    # the kernel's work on the padded values: Q Kᵀ (2·M·N·d) and P V (2·M·N·d)
+    flops = 4.0 * m * n * d
+    checks = [
+        check("time / SDPA (values zero-padded)", ratio, "<=", 2.0),
+        check("peak extra memory (GiB)", None if extra is None else extra / GIB, "<=", 1.0),
+        check("max abs diff vs SDPA", err, "<=", err_limit),
+    ]
+    return BenchResult(
+        id="P7",
+        workload=f"kernel-smoother softmax regression KernelSmoother(beta=1/√d, similarity="
+        f'"dot").predict: N={n} keys, d={d}, {m} queries, dy={dy}, float32',
+        value=ratio,
+        unit="× SDPA time (values zero-padded to width d)",
+        target="≤ 2× SDPA on the same keys with values zero-padded to width d; peak extra "
+        "memory ≤ 1 GiB",
+        passed=all(c["passed"] for c in checks),
+        reference="scaled_dot_product_attention (flash kernel, head axis) on the same queries "
+        "and keys, values zero-padded to width d, in alternation with the workload",
+        details={
+            "checks": checks,
+            "seconds": med,
+            "times": times,
+            "beta": beta,
+            "flops_padded": flops,
+            "fraction_of_matmul_rate": _fraction(flops, med["smoother"], rate),
+            "sdpa_fraction_of_matmul_rate": _fraction(flops, med["sdpa_padded"], rate),
+            "max_abs_diff_vs_sdpa": err,
+            "max_abs_diff_limit": err_limit,
+            "max_abs_diff_vs_float64_first_8_queries": err64,
+            "peak_memory": peak,
+            "reference_peak_memory": ref_peak,
+            "scores_gib_if_formed": m * n * 4 / GIB,
+        },
+    )
+
+
+def dense_targets(
     ids: set[str], sizes: Sizes, repeat: int, rate: float, threads: int
 ) -> dict[str, Callable[[], BenchResult]]:
-    """The dense targets among ``ids``, as deferred calls."""
+    """The dense targets (P1–P3, P7) among ``ids``, as deferred calls."""
     table: dict[str, Callable[[], BenchResult]] = {
         "P1": lambda: bench_p1(sizes, repeat, rate),
         "P2": lambda: bench_p2(sizes, repeat, rate, threads),
         "P3": lambda: bench_p3(sizes, repeat, rate, threads),
+        "P7": lambda: bench_p7(sizes, repeat, rate, threads),
     }
     return {k: v for k, v in table.items() if k in ids}
 
