@@ -93,3 +93,13 @@ def test_cli_explains_a_trained_checkpoint_as_gd(tmp_path) -> None:
     assert bad.exit_code != 0 and "checkpoint" in bad.output
     ols = runner.invoke(app, ["explain", "--construction", "ols-transformer", "--tasks", "300"])
     assert ols.exit_code == 0 and ": OLS" in ols.output
+
+
+def test_a_predictor_returning_nan_is_a_clear_error() -> None:
+    t = _tasks()
+
+    def nan_predictor(x_ctx, y_ctx, x_query):
+        return torch.full((*x_query.shape[:-1], 1), float("nan"), dtype=torch.float64)
+
+    with pytest.raises(ValueError, match="predictor: its predictions on the tasks contain NaN"):
+        explain(nan_predictor, t)

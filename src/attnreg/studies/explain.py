@@ -265,6 +265,10 @@ def explain(
             .to(torch.float64)
             .reshape(xq.shape[0], xq.shape[1], -1)
         )
+    if not bool(torch.isfinite(out).all()):
+        raise ValueError(
+            "predictor: its predictions on the tasks contain NaN or Inf; nothing to explain"
+        )
     if xc.shape[0] < 2:
         raise ValueError(
             f"tasks: need at least 2 tasks (half to fit, half to score), got {xc.shape[0]}"
