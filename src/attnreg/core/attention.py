@@ -265,23 +265,28 @@ class Attention(nn.Module):
         metric: torch.Tensor | None = None,
         w_o: torch.Tensor | None = None,
         beta: float | None = None,
+        mean: bool = False,
         mask_self: bool = False,
     ) -> torch.Tensor:
         """``(B, [H,] M, d), (B, [H,] N, d), (B, [H,] N, dv) -> (B, M, do)``.
 
         ``metric``: the bilinear similarity's ``M``; ``w_o``: output projection (``do = dv``
-        without it); ``beta``: overrides the module's β for this call; ``mask_self``: query j
-        does not attend to key j (the queries are the keys; leave-one-out).
+        without it); ``beta``: overrides the module's β for this call; ``mean``: the sum over
+        the N keys is a mean (identity / power separation: the scores are divided by N);
+        ``mask_self``: query j does not attend to key j (the queries are the keys).
         """
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         scale = self.beta if beta is None else float(beta)
         bilinear = self.similarity in BILINEAR
         if self.similarity == "whitened_dot" and metric is None:
             raise ValueError("metric: whitened_dot needs the metric matrix M (e.g. S⁻¹)")
+        if mean and self.separation not in ("identity", "power"):
+            raise ValueError("mean: a context mean needs identity or power separation")
+        n = k.shape[-2] if mean else 1
         if mask_self or self.hook_scores.active or self.hook_weights.active:
-            out = self._explicit(q, k, v, metric, w_o, scale, mask_self)
+            out = self._explicit(q, k, v, metric, w_o, scale, mask_self, n)
         elif self.separation == "identity" and bilinear and not self.normalize:
-            out = self._linear(q, k, v, metric, w_o, scale)
+            out = self._linear(q, k, v, metric, w_o, scale, n)
         else:
             if bilinear:
                 q, scale = self._fold(q, metric, scale)
@@ -310,9 +315,11 @@ class Attention(nn.Module):
         w_o: torch.Tensor | None,
         beta: float,
         mask_self: bool,
+        n: int = 1,
     ) -> torch.Tensor:
         """Scores, separation and weights held whole (hooks read these very tensors)."""
-        scores = self.hook_scores(beta * similarity_scores(q, k, self.similarity, metric))
+        scores = beta * similarity_scores(q, k, self.similarity, metric)
+        scores = self.hook_scores(scores / n if n != 1 else scores)
         if mask_self:
             if scores.shape[-1] != scores.shape[-2]:
                 raise ValueError(
@@ -336,18 +343,23 @@ class Attention(nn.Module):
         metric: torch.Tensor | None,
         w_o: torch.Tensor | None,
         beta: float,
+        n: int = 1,
     ) -> torch.Tensor:
-        """``Q (β M (Kᵀ V) W_O)`` one block of tasks at a time: the ``d × do`` state first, so no
-        ``M × N`` matrix and no ``M × d`` intermediate besides ``Q`` is formed. Keys, values or
-        queries shared by every head (a stride-0 head axis) are multiplied once."""
+        """``Q (β M (Kᵀ V / n) W_O)`` one block of tasks at a time: the ``d × do`` state first, so
+        no ``M × N`` matrix and no ``M × d`` intermediate besides ``Q`` is formed. Keys, values
+        or queries shared by every head (a stride-0 head axis) are multiplied once."""
         if self.similarity == "scaled_dot":
             beta = beta / math.sqrt(q.shape[-1])
+        if _narrow_shared_heads(q, k, v, metric, w_o):
+            assert metric is not None and w_o is not None
+            return _shared_heads_readout(q, k, v, metric, w_o, beta, n)
         per_task = max(t[0].numel() * t.element_size() for t in (q, k, v))
         blocks = task_blocks(q.shape[0], per_task)
         if len(blocks) == 1:
-            return _linear_block(q, k, v, metric, w_o, beta)
+            return _linear_block(q, k, v, metric, w_o, beta, n)
         parts = [
-            _linear_block(q[b], k[b], v[b], _rows(metric, b), _rows(w_o, b), beta) for b in blocks
+            _linear_block(q[b], k[b], v[b], _rows(metric, b), _rows(w_o, b), beta, n)
+            for b in blocks
         ]
         return torch.cat(parts, dim=0)
 
@@ -403,11 +415,14 @@ def _linear_block(
     metric: torch.Tensor | None,
     w_o: torch.Tensor | None,
     beta: float,
+    n: int = 1,
 ) -> torch.Tensor:
     if _shared_over_heads(k) and _shared_over_heads(v):
         state = gram(k[:, 0], v[:, 0]).unsqueeze(1)
     else:
         state = gram(k, v)
+    if n != 1:
+        state = state / n
     if metric is not None:
         state = metric @ state
     if w_o is not None:
@@ -419,6 +434,48 @@ def _linear_block(
     if state.ndim == 4 and q.ndim == 4:
         return (q @ state).sum(1)
     return project(q, state)
+
+
+def _narrow_shared_heads(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    metric: torch.Tensor | None,
+    w_o: torch.Tensor | None,
+) -> bool:
+    """Heads that share one token stream (stride-0 head axis on Q, K and V), with per-head
+    metrics and output projections that narrow the values (``do < dv``: a read-out)."""
+    return (
+        all(_shared_over_heads(t) for t in (q, k, v))
+        and metric is not None
+        and w_o is not None
+        and metric.ndim == 3
+        and w_o.ndim == 3
+        and metric.shape[0] == w_o.shape[0] == q.shape[1]
+        and w_o.shape[-1] < v.shape[-1]
+    )
+
+
+def _shared_heads_readout(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    metric: torch.Tensor,
+    w_o: torch.Tensor,
+    beta: float,
+    n: int,
+) -> torch.Tensor:
+    """``Σ_h (Q M_h)(Kᵀ (V W_O,h)) β / n`` with the heads side by side in two GEMMs: values are
+    projected first (``do < dv``), so the state is ``d × do`` per head, not ``d × dv``."""
+    b, h, m, d = q.shape
+    do = w_o.shape[-1]
+    qm = (q[:, 0] @ metric.permute(1, 0, 2).reshape(d, h * d)).view(b, m, h, d)
+    u = v[:, 0] @ w_o.permute(1, 0, 2).reshape(v.shape[-1], h * do)
+    z = (k[:, 0].mT @ u).view(b, d, h, do)
+    out = torch.einsum("bmhe,behk->bmk", qm, z)
+    if beta != 1.0:
+        out = out * beta
+    return out / n if n != 1 else out
 
 
 def _fused_softmax(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:

@@ -18,7 +18,7 @@ GD step on ``L(W) = (1/2N) Σ ‖W x_i − y_i‖²`` from ``W0`` is ``KQ = [[I,
 ``PV = [[0, 0], [η W0, −η I]]`` (the paper's ``P W_V`` holds ``η/N`` and sums; the same layer).
 
 In the core's terms a layer is ``Attention(q = E, k = v = E_ctx, metric = KQ_hᵀ, W_O = PV_hᵀ,
-β = 1/N)`` with identity separation, summed over heads; the hook points are
+mean=True)`` (a context mean) with identity separation, summed over heads; the hook points are
 ``layers.{l}.hook_scores`` ``(B, H, T, N)``, ``layers.{l}.hook_weights`` and
 ``layers.{l}.hook_output``.
 
@@ -111,9 +111,7 @@ class TokenModel(Hooked):
         """``PV_h`` of every head of weight set ``layer``: ``(H, D, D)``."""
         raise NotImplementedError  # pragma: no cover - every model defines its products
 
-    def context_scale(self, n_ctx: int) -> float:
-        """β of the core: ``1/N`` for a context mean (linear), 1 for softmax."""
-        return 1.0 / n_ctx
+    context_mean = True  # linear attention averages over the context; softmax normalises
 
     def attend(
         self, i: int, queries: torch.Tensor, ctx: torch.Tensor, readout: bool = False
@@ -131,7 +129,7 @@ class TokenModel(Hooked):
         q = queries.unsqueeze(1).expand(b, h, *queries.shape[1:])
         k = ctx.unsqueeze(1).expand(b, h, *ctx.shape[1:])
         core = self.layers[i]
-        return core(q, k, k, metric=kq.mT, w_o=w_o, beta=self.context_scale(ctx.shape[1]))
+        return core(q, k, k, metric=kq.mT, w_o=w_o, mean=self.context_mean)
 
     def forward(self, tokens: torch.Tensor, n_ctx: int, queries_only: bool = False) -> torch.Tensor:
         """Run the layers on ``tokens (B, T, D)`` (keys/values: the first ``n_ctx``). With

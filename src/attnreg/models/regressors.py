@@ -187,8 +187,11 @@ class AttentionRegression(Hooked):
             )
         q, k = self.queries_keys(x_query, x_ctx)
         metric = self.w if self.qk == "single" else None
-        beta = 1 / math.sqrt(self.d_k) if self.variant == "softmax" else 1 / x_ctx.shape[-2]
-        out = self.attn(q, k, y_ctx, metric=metric, beta=beta, mask_self=exclude_self)
+        softmax = self.variant == "softmax"
+        beta = 1 / math.sqrt(self.d_k) if softmax else 1.0
+        out = self.attn(
+            q, k, y_ctx, metric=metric, beta=beta, mean=not softmax, mask_self=exclude_self
+        )
         return out[0] if squeeze else out
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
@@ -276,7 +279,7 @@ class TrainableOLSTransformer(Hooked):
         if squeeze:
             x_query, x_ctx = x_query[None], x_ctx[None]
         q, k, v = x_query @ self.w_q, x_ctx @ self.w_k, x_ctx @ self.w_v
-        out = self.attn(q, k, v, w_o=self.w_p, beta=1 / x_ctx.shape[-2])
+        out = self.attn(q, k, v, w_o=self.w_p, mean=True)
         return out[0] if squeeze else out
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:

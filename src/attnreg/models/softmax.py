@@ -53,9 +53,7 @@ class SoftmaxAttention(TokenModel):
         """``PV_h``: ``(H, D, D)``."""
         return self.pv[layer]
 
-    def context_scale(self, n_ctx: int) -> float:
-        """Softmax normalises over the context itself: β = 1."""
-        return 1.0
+    context_mean = False  # softmax normalises over the context itself
 
     def spec(self) -> dict[str, Any]:
         return {
