@@ -57,7 +57,7 @@ def verify_report(tmp_path_factory):
     return out, page
 
 
-# every study, on grids small enough for the suite (the quick profiles are P6 of quality.md)
+# every study, on grids small enough for the suite
 TINY = {
     "capacity": {
         "seeds": 1,
@@ -125,6 +125,18 @@ def test_every_study_appears_with_its_figures(full_report):
 def test_unknown_study_in_overrides_is_refused(tmp_path):
     with pytest.raises(ValueError, match="no-such-study"):
         build_report(tmp_path, overrides={"no-such-study": {}}, progress=False)
+
+
+def test_bad_arguments_are_refused_before_anything_runs(tmp_path):
+    a_file = tmp_path / "page"
+    a_file.write_text("a file")
+    with pytest.raises(ValueError, match=f"{a_file} is a file"):
+        build_report(a_file, studies=["verify"], progress=False)
+    with pytest.raises(ValueError, match="out of range"):
+        build_report(tmp_path / "out", studies=["verify"], seed=2**63, progress=False)
+    with pytest.raises(ValueError, match="workers"):
+        build_report(tmp_path / "out", studies=["verify"], workers=-2, progress=False)
+    assert not (tmp_path / "out").exists()
 
 
 def test_report_writes_page_and_tidy_results(verify_report):

@@ -1,11 +1,16 @@
-"""The SQLite results store: one row per cell, whole rows only, exports."""
+"""The SQLite results store: one row per cell, whole rows only, exports, a lock held by
+another writer, corrupt files."""
 
 import sqlite3
+import subprocess
+import sys
+import threading
+import time
 
 import pandas as pd
 import pytest
 
-from attnreg.runs.store import CellResult, ResultsStore, cell_key
+from attnreg.runs.store import CellResult, ResultsStore, StoreBusy, StoreError, cell_key
 
 
 def _cell(seed=0, status="done", value=1.5, config=None):
@@ -66,3 +71,78 @@ def test_exports_csv_parquet_dataframe(tmp_path):
         csv_path, parquet_path = store.export(tmp_path / "out")
     assert pd.read_csv(csv_path)["value"].tolist() == [1.0, 3.0]
     assert pd.read_parquet(parquet_path)["cell_seed"].tolist() == [0, 1]
+
+
+LOCKER = """
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+sys.stdin.readline()
+db.execute("COMMIT")
+"""
+
+
+@pytest.fixture
+def locked_store(tmp_path):
+    """A store whose write lock another process holds until ``release()``."""
+    path = tmp_path / "r.db"
+    ResultsStore(path).close()
+    locker = subprocess.Popen(
+        [sys.executable, "-c", LOCKER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert locker.stdout.readline().strip() == "locked"
+
+    def release():
+        if locker.poll() is None:
+            locker.communicate("go\n", timeout=10)
+
+    yield path, release
+    release()
+
+
+def test_locked_store_is_waited_for_then_written(locked_store):
+    path, release = locked_store
+    timer = threading.Timer(1.0, release)
+    timer.start()
+    started = time.monotonic()
+    with ResultsStore(path, lock_timeout=30) as store:
+        store.put(_cell())  # waits for the other writer, well past SQLite's own short wait
+        assert time.monotonic() - started >= 1.0
+        assert store.count() == 1
+    timer.join()
+
+
+def test_store_locked_too_long_sets_results_aside_and_adds_them_later(locked_store):
+    path, release = locked_store
+    with ResultsStore(path, lock_timeout=0.5) as store:
+        started = time.monotonic()
+        with pytest.raises(StoreBusy, match=str(path)):
+            store.put(_cell(seed=1))
+        assert 0.5 <= time.monotonic() - started < 5
+        pending = store.spill(_cell(seed=1))
+        assert store.count() == 0 and pending.exists()
+        with pytest.raises(StoreBusy):  # a stop request ends the wait at once
+            store.put(_cell(seed=2), give_up=lambda: True)
+    release()
+    with ResultsStore(path) as store:  # the next opening adds what was set aside
+        assert store.count() == 1
+        assert store.get(_cell(seed=1).key).rows == _cell(seed=1).rows
+    assert not pending.exists()
+
+
+def test_corrupt_or_foreign_store_is_refused_with_its_path(tmp_path):
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"not a database at all" * 200)
+    with pytest.raises(StoreError, match=f"{corrupt}.*not a database.*move it aside"):
+        ResultsStore(corrupt)
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as db:
+        db.execute("CREATE TABLE cells (id INTEGER, name TEXT)")
+    with pytest.raises(StoreError, match=f"{foreign}.*not an attnreg results table"):
+        ResultsStore(foreign)
+    with pytest.raises(StoreError, match="is a folder"):
+        ResultsStore(tmp_path)

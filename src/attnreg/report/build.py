@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from attnreg.report.page import render, section
-from attnreg.runs.cells import CellSpec, make_cell
-from attnreg.runs.executors import run_cells
+from attnreg.runs.cells import CellSpec, check_seed, make_cell
+from attnreg.runs.executors import check_workers, run_cells
+from attnreg.runs.paths import folder_problem
 from attnreg.runs.store import CellResult, ResultsStore, now
 from attnreg.studies.registry import STUDIES, get_study
 
@@ -47,12 +48,18 @@ def build_report(
     """Run what is missing, then write ``out_dir/index.html`` and the tidy results beside it.
 
     ``overrides`` maps a study name to config keys replacing its profile's values (e.g. a
-    smaller grid); the page's re-create command then lists them."""
+    smaller grid); the page's re-create command then lists them. Arguments are checked before
+    anything runs (``ValueError`` naming the culprit); SIGINT or SIGTERM stops the studies
+    with every finished one stored (:class:`~attnreg.runs.lifecycle.RunInterrupted`)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    check_seed(seed)
+    check_workers(workers)
     names = list(studies or STUDIES)
     for name in [*names, *(overrides or {})]:
         get_study(name)
+    problem = folder_problem(out)
+    if problem:
+        raise ValueError(f"output folder {out} {problem}")
     cells: list[CellSpec] = []
     failed_setup: list[CellResult] = []
     for name in names:

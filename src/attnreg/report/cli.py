@@ -3,12 +3,36 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
+import yaml
 from rich.console import Console
 
 from attnreg.report.build import build_report
+from attnreg.runs.cells import check_seed
+from attnreg.runs.cli import check_workers_option, fail, interrupted
+from attnreg.runs.lifecycle import RunInterrupted
+from attnreg.runs.paths import folder_problem
+from attnreg.runs.store import StoreError
 from attnreg.studies.registry import STUDIES
+
+
+def load_overrides(path: Path) -> dict[str, dict[str, Any]]:
+    """A YAML mapping of study name to config keys (``yaml.safe_load``); ``ValueError``
+    naming the file otherwise."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"{path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML ({exc})") from exc
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise ValueError(f"{path}: expected a mapping of study name to config keys")
+    for name in data:
+        if name not in STUDIES:
+            raise ValueError(f"{path}: unknown study {name!r}; valid: {', '.join(STUDIES)}")
+    return data
 
 
 def report_command(
@@ -32,23 +56,47 @@ def report_command(
     workers: int = typer.Option(None, help="Studies run in parallel processes (default: cores)."),
     rerun: bool = typer.Option(False, help="Run every study again even if its cell is stored."),
     progress: bool = typer.Option(True, help="Show the progress bar over the studies."),
+    overrides: Path = typer.Option(
+        None,
+        help="YAML file mapping a study to config keys replacing its profile's values "
+        "(e.g. smaller grids: 'icl: {steps: 30}'); the page lists them.",
+    ),
 ) -> None:
     """Run every study's quick profile (or read it from the store) and write one self-contained
     page, OUT/index.html, with the verify certificate, each study's figures and answers, and the
-    tidy results as CSV/Parquet beside it. A failing study is shown as failed; the rest appear."""
+    tidy results as CSV/Parquet beside it. A failing study is shown as failed; the rest appear.
+    Ctrl-C (SIGINT) or SIGTERM stops it within seconds, keeping every finished study."""
     for name in study or []:
         if name not in STUDIES:
-            raise typer.BadParameter(
-                f"unknown study {name!r}; valid: {', '.join(STUDIES)}", param_hint="--study"
-            )
-    page = build_report(
-        out,
-        store_path=store,
-        studies=list(study) if study else None,
-        seed=seed,
-        profile="full" if full else "quick",
-        workers=workers,
-        rerun=rerun,
-        progress=progress,
-    )
+            fail(f"--study: unknown study {name!r}; valid: {', '.join(STUDIES)}")
+    check_workers_option(workers)
+    try:
+        check_seed(seed, "--seed")
+    except ValueError as exc:
+        fail(str(exc))
+    changed = None
+    if overrides is not None:
+        try:
+            changed = load_overrides(overrides)
+        except ValueError as exc:
+            fail(f"--overrides {exc}")
+    problem = folder_problem(out)
+    if problem:
+        fail(f"--out {out} {problem}")
+    try:
+        page = build_report(
+            out,
+            store_path=store,
+            studies=list(study) if study else None,
+            seed=seed,
+            profile="full" if full else "quick",
+            workers=workers,
+            rerun=rerun,
+            progress=progress,
+            overrides=changed,
+        )
+    except (StoreError, ValueError) as exc:
+        fail(str(exc))
+    except RunInterrupted as exc:
+        interrupted(exc, store or out / "results.db")
     Console(stderr=True).print(f"report written: {page}")

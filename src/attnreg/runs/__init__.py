@@ -1,5 +1,6 @@
 """Results store, sweeps and executors (local process pool, Dask distributed)."""
 
-from attnreg.runs.store import CellResult, ResultsStore, cell_key
+from attnreg.runs.lifecycle import RunInterrupted
+from attnreg.runs.store import CellResult, ResultsStore, StoreBusy, StoreError, cell_key
 
-__all__ = ["CellResult", "ResultsStore", "cell_key"]
+__all__ = ["CellResult", "ResultsStore", "RunInterrupted", "StoreBusy", "StoreError", "cell_key"]

@@ -6,12 +6,23 @@ back, in one transaction. A worker process that dies takes no result with it: th
 is rebuilt and its unfinished cells resubmitted; Dask's scheduler reschedules the lost
 worker's tasks on the others (``distributed.scheduler.allowed-failures``), and a cell whose
 retries run out is stored as failed, with the reason.
+
+SIGINT or SIGTERM stops a run within seconds: every cell that has finished is stored, the
+workers (and any process they started) are ended, and :class:`RunInterrupted` is raised. Pool
+workers also exit by themselves when the client dies, even by SIGKILL
+(:mod:`attnreg.runs.lifecycle`). A result the store cannot take because another writer holds
+its lock too long is set aside beside the store, never dropped (:mod:`attnreg.runs.store`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import multiprocessing
 import os
+import socket
+import sys
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -22,18 +33,25 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from attnreg.core.validation import check_choice
 from attnreg.runs.cells import CellSpec, execute_cell
-from attnreg.runs.store import CellResult, ResultsStore
+from attnreg.runs.lifecycle import RunInterrupted, StopSignals, terminate_trees, worker_init
+from attnreg.runs.store import CellResult, ResultsStore, StoreBusy
 
 EXECUTORS = ("local", "dask")
+POLL = 0.2  # seconds between checks for a stop request while waiting for results
+SCHEDULER_TIMEOUT = 3.0  # seconds to reach a Dask scheduler before giving up
+DEFAULT_SCHEDULER_PORT = 8786
 
 
 @dataclass
 class SweepOutcome:
-    """Counts after a sweep: cells done now, failed now, skipped (already stored)."""
+    """Counts after a sweep: cells done now, failed now, skipped (already stored), and how
+    many finished cells are set aside in ``pending`` because the store stayed locked."""
 
     done: int = 0
     failed: int = 0
     skipped: int = 0
+    set_aside: int = 0
+    pending: str = ""
 
 
 def pending_cells(
@@ -51,6 +69,54 @@ def pending_cells(
     return list(todo.values()), skipped
 
 
+def check_workers(workers: int | None) -> None:
+    """``workers`` must be ``None`` (automatic) or an integer >= 1."""
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+    ):
+        raise ValueError(f"workers: must be an integer >= 1, got {workers!r}")
+
+
+def check_scheduler(address: str, timeout: float = SCHEDULER_TIMEOUT) -> None:
+    """``ValueError`` naming ``address`` unless a Dask scheduler answers there within about
+    ``timeout`` seconds (``[scheme://]host[:port]``, port 8786 by default): a TCP connection
+    first, then Dask's handshake."""
+    rest = address.split("://", 1)[1] if "://" in address else address
+    rest = rest.split("/", 1)[0]
+    host, sep, port_text = rest.rpartition(":")
+    if not sep or "]" in port_text:  # no port (an IPv6 address alone ends in "]")
+        host, port_text = rest, str(DEFAULT_SCHEDULER_PORT)
+    host = host.strip("[]")
+    if not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"Dask scheduler {address!r}: expected tcp://host:port")
+    try:
+        socket.create_connection((host, int(port_text)), timeout=timeout).close()
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise ValueError(
+            f"Dask scheduler {address}: not reachable within {timeout:g} s ({reason})"
+        ) from exc
+    try:
+        asyncio.run(asyncio.wait_for(_handshake(address, timeout), timeout + 1))
+    except Exception as exc:  # timed out, refused or garbled: no scheduler there
+        reason = (
+            (str(exc) or "timed out").splitlines()[0][:200]
+            if isinstance(exc, OSError | TimeoutError)
+            else "something answers there, but not Dask's handshake"
+        )
+        raise ValueError(
+            f"Dask scheduler {address}: no Dask scheduler answered within {timeout:g} s ({reason})"
+        ) from exc
+
+
+async def _handshake(address: str, timeout: float) -> None:
+    """Open a Dask comm to ``address`` (the handshake included) and close it again."""
+    from distributed.comm import connect
+
+    comm = await connect(address if "://" in address else f"tcp://{address}", timeout=timeout)
+    await comm.close()
+
+
 def run_cells(
     cells: Iterable[CellSpec],
     store: ResultsStore,
@@ -64,28 +130,52 @@ def run_cells(
     rerun: bool = False,
 ) -> SweepOutcome:
     """Run every pending cell with ``executor`` and store each result as it arrives
-    (``rerun`` runs every cell again, replacing what is stored)."""
+    (``rerun`` runs every cell again, replacing what is stored).
+
+    In the main thread, SIGINT and SIGTERM stop the run: finished cells are stored, workers
+    ended, and :class:`~attnreg.runs.lifecycle.RunInterrupted` raised."""
     check_choice("executor", executor, EXECUTORS)
+    check_workers(workers)
     todo, skipped = pending_cells(cells, store, retry_failed, rerun)
     outcome = SweepOutcome(skipped=skipped)
     workers = workers or max(1, min(os.cpu_count() or 1, len(todo) or 1))
     threads = max(1, (os.cpu_count() or 1) // workers)
-    with _Bar(len(todo), progress) as bar:
+    with StopSignals() as stop, _Bar(len(todo), progress) as bar:
+        waiting: list[bool] = []
+
+        def give_up() -> bool:  # called while the store is locked by another writer
+            if not waiting:
+                waiting.append(True)
+                print(
+                    f"results store {store.path} is locked by another writer; finished cells "
+                    f"wait for it (up to {store.lock_timeout:g} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            # after one result was set aside, later ones do not wait for the lock again
+            return stop.requested() or outcome.set_aside > 0
 
         def record(result: CellResult) -> None:
-            store.put(result)
+            try:
+                store.put(result, give_up=give_up)
+            except StoreBusy:
+                outcome.pending = str(store.spill(result))
+                outcome.set_aside += 1
             if result.status == "done":
                 outcome.done += 1
             else:
                 outcome.failed += 1
             bar.advance(outcome)
 
-        if not todo:
-            return outcome
-        if executor == "local":
-            _run_local(todo, workers, threads, figures, record)
-        else:
-            _run_dask(todo, workers, scheduler, threads, figures, record)
+        if todo:
+            if executor == "local":
+                _run_local(todo, workers, threads, figures, record, stop)
+            else:
+                _run_dask(todo, workers, scheduler, threads, figures, record, stop)
+        if outcome.set_aside:
+            outcome.set_aside = store.add_pending()
+        if stop.signum is not None:
+            raise RunInterrupted(stop.signum, outcome.done + outcome.failed)
     return outcome
 
 
@@ -95,29 +185,70 @@ def _run_local(
     threads: int,
     figures: bool,
     record: Callable[[CellResult], None],
+    stop: StopSignals,
     attempts: int = 3,
 ) -> None:
     remaining = {cell.key: cell for cell in todo}
     context = multiprocessing.get_context("spawn")
     for _ in range(attempts):
-        if not remaining:
+        if not remaining or stop.requested():
             return
+        pool = ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=context,
+            initializer=worker_init,
+            initargs=(os.getpid(),),
+        )
+        futures: dict[Future[CellResult], str] = {}
         try:
-            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-                futures: dict[Future[CellResult], str] = {
-                    pool.submit(execute_cell, cell, figures, threads): key
-                    for key, cell in remaining.items()
-                }
-                while futures:
-                    finished, _ = wait(futures, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        key = futures.pop(future)
-                        record(future.result())
-                        remaining.pop(key, None)
-        except BrokenProcessPool:
-            continue  # a worker died: rebuild the pool, resubmit what did not come back
+            for key, cell in remaining.items():
+                futures[pool.submit(execute_cell, cell, figures, threads)] = key
+            broken = False
+            while futures and not broken and not stop.requested():
+                finished, _ = wait(futures, timeout=POLL, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    broken |= _collect(future, futures, remaining, record)
+            # a stop or a broken pool: keep whatever has finished meanwhile
+            for future in [f for f in futures if f.done()]:
+                _collect(future, futures, remaining, record)
+        finally:
+            if futures:
+                _end_pool(pool)
+            else:
+                pool.shutdown(wait=True)
     for cell in remaining.values():
-        record(cell.failed(f"worker process died {attempts} times on this cell"))
+        if not stop.requested():
+            record(cell.failed(f"worker process died {attempts} times on this cell"))
+
+
+def _collect(
+    future: Future[CellResult],
+    futures: dict[Future[CellResult], str],
+    remaining: dict[str, CellSpec],
+    record: Callable[[CellResult], None],
+) -> bool:
+    """Record a finished future's result; ``True`` if its worker died (pool broken)."""
+    key = futures.pop(future)
+    if future.cancelled():
+        return False
+    error = future.exception()
+    if isinstance(error, BrokenProcessPool):
+        return True  # resubmitted on a new pool
+    cell = remaining.pop(key)
+    record(cell.failed(f"{type(error).__name__}: {error}") if error else future.result())
+    return False
+
+
+def _end_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool now: cancel what has not started, end every worker and its children."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    terminate_trees(p.pid for p in processes if p.pid is not None)
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if manager is not None:
+        manager.join(timeout=5)
+    for process in processes:
+        process.join(timeout=1)
 
 
 def _run_dask(
@@ -127,6 +258,7 @@ def _run_dask(
     threads: int,
     figures: bool,
     record: Callable[[CellResult], None],
+    stop: StopSignals,
 ) -> None:
     try:
         from distributed import Client, LocalCluster, as_completed
@@ -136,7 +268,8 @@ def _run_dask(
         ) from exc
     cluster: Any = None
     if scheduler:
-        client = Client(scheduler)
+        check_scheduler(scheduler)
+        client = Client(scheduler, timeout=10)
     else:
         cluster = LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
@@ -149,17 +282,38 @@ def _run_dask(
             ): cell
             for cell in todo
         }
-        for future in as_completed(list(futures)):
-            cell = futures[future]
-            try:
-                result = future.result()
-            except Exception as exc:  # KilledWorker after every retry: store as failed
-                result = cell.failed(f"{type(exc).__name__}: {exc}")
-            record(result)
+        arrived = as_completed(list(futures))
+        while not arrived.is_empty():
+            if not arrived.has_ready():
+                if stop.requested():
+                    break
+                time.sleep(POLL / 2)
+                continue
+            for future in arrived.next_batch(block=False):
+                cell = futures.pop(future)
+                try:
+                    result = future.result()
+                except Exception as exc:  # KilledWorker after every retry: store as failed
+                    result = cell.failed(f"{type(exc).__name__}: {exc}")
+                record(result)
+        if futures:
+            client.cancel(list(futures))
     finally:
-        client.close()
+        if cluster is not None and stop.requested():
+            _end_local_workers(cluster)
+        client.close(timeout=5)
         if cluster is not None:
-            cluster.close()
+            cluster.close(timeout=10)
+
+
+def _end_local_workers(cluster: Any) -> None:
+    """A stop: end our LocalCluster's worker processes now instead of waiting for the cells
+    they compute (their nannies are told not to restart them)."""
+    nannies = list(getattr(cluster, "workers", {}).values())
+    for nanny in nannies:
+        with contextlib.suppress(Exception):
+            nanny.close_gracefully()
+    terminate_trees([pid for n in nannies if (pid := getattr(n, "pid", None))], grace=0.5)
 
 
 class _Bar:

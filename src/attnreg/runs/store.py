@@ -4,15 +4,22 @@ A cell is one (study, config, seed, package version); its key is a SHA-256 of th
 canonical JSON, so the same cell always lands on the same row. The database runs in WAL mode;
 each finished cell is one ``INSERT OR REPLACE`` inside one transaction, so a process killed
 at any instant leaves either the whole row or none of it. Only the client process writes.
+
+A store locked by another writer is waited for, with back-off, up to ``lock_timeout`` seconds
+(each attempt is short, so a signal is handled at once). A result that still cannot be written
+is not dropped: :meth:`ResultsStore.spill` appends it to ``STORE.pending.jsonl`` beside the
+store, and the next :class:`ResultsStore` opened on that store adds it. A file that is not an
+SQLite database, or not a results store, is refused with :class:`StoreError` naming its path.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +43,37 @@ CREATE TABLE IF NOT EXISTS cells (
     error TEXT
 )
 """
+COLUMNS = (
+    "key",
+    "study",
+    "config",
+    "seed",
+    "version",
+    "status",
+    "started",
+    "finished",
+    "seconds",
+    "rows",
+    "summary",
+    "figures",
+    "error",
+)
+INSERT = f"INSERT OR REPLACE INTO cells VALUES ({','.join('?' * len(COLUMNS))})"
+LOCK_TIMEOUT = 600.0  # seconds a locked store is waited for before results are set aside
+ATTEMPT_TIMEOUT = 0.2  # SQLite's own busy wait per attempt; the back-off happens in Python
+MAX_BACKOFF = 1.0
+HINT = "move it aside or use another results store"
+# SQLite result codes meaning the file cannot serve as the store: PERM, READONLY, IOERR,
+# CORRUPT, FULL, CANTOPEN, NOTADB
+UNUSABLE = (3, 8, 10, 11, 13, 14, 26)
+
+
+class StoreError(Exception):
+    """The results store cannot be used; the message names its path."""
+
+
+class StoreBusy(StoreError):
+    """The store stayed locked by another writer for longer than the store's lock timeout."""
 
 
 def cell_key(study: str, config: dict[str, Any], seed: int, version: str) -> str:
@@ -72,15 +110,38 @@ class CellResult:
 
 
 class ResultsStore:
-    """SQLite results store (WAL). Use as a context manager or call :meth:`close`."""
+    """SQLite results store (WAL). Use as a context manager or call :meth:`close`.
 
-    def __init__(self, path: str | Path) -> None:
+    ``lock_timeout``: seconds to wait, with back-off, while another writer holds the lock."""
+
+    def __init__(self, path: str | Path, lock_timeout: float = LOCK_TIMEOUT) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        self.lock_timeout = lock_timeout
+        if self.path.is_dir():
+            raise StoreError(f"results store {self.path} is a folder, not a file")
+        self.pending_path = self.path.with_name(self.path.name + ".pending.jsonl")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=ATTEMPT_TIMEOUT, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"results store {self.path}: cannot open it ({exc})") from exc
+        try:
+            self._retry(self._setup)
+            self.add_pending()
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _setup(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(SCHEMA)
+        found = tuple(row[1] for row in self._db.execute("PRAGMA table_info(cells)"))
+        if found != COLUMNS:
+            raise StoreError(
+                f"results store {self.path}: its 'cells' table is not an attnreg results "
+                f"table (columns {', '.join(found)}); {HINT}"
+            )
 
     def __enter__(self) -> ResultsStore:
         return self
@@ -92,53 +153,105 @@ class ResultsStore:
         """Close the connection."""
         self._db.close()
 
-    def put(self, result: CellResult) -> None:
-        """Write one finished cell in one transaction (replacing a failed attempt)."""
-        with self._transaction():
-            self._db.execute(
-                "INSERT OR REPLACE INTO cells VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    result.key,
-                    result.study,
-                    json.dumps(result.config, sort_keys=True, default=str),
-                    result.seed,
-                    result.version,
-                    result.status,
-                    result.started,
-                    result.finished,
-                    result.finished - result.started,
-                    rows_to_json(result.rows),
-                    json.dumps(result.summary),
-                    json.dumps(result.figures),
-                    result.error,
-                ),
-            )
+    def put(self, result: CellResult, give_up: Callable[[], bool] | None = None) -> None:
+        """Write one finished cell in one transaction (replacing a failed attempt), waiting for
+        a lock held by another writer; :class:`StoreBusy` after ``lock_timeout`` seconds, or
+        as soon as ``give_up()`` is true while waiting."""
+        self._write([_row(result)], give_up)
 
-    def _transaction(self) -> Any:
+    def spill(self, result: CellResult) -> Path:
+        """Set ``result`` aside in ``STORE.pending.jsonl`` (for a store that stays locked); the
+        next store opened on this path adds it. Returns that file."""
+        with self.pending_path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(list(_row(result))) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        return self.pending_path
+
+    def add_pending(self) -> int:
+        """Add the results set aside by :meth:`spill` (one try: while the store is locked they
+        stay in the file); returns how many are still set aside."""
+        if not self.pending_path.exists():
+            return 0
+        claimed = self.pending_path.with_name(f"{self.pending_path.name}.{os.getpid()}")
+        try:
+            os.replace(self.pending_path, claimed)
+        except OSError:
+            return 0  # another process is adding them
+        rows = []
+        for line in claimed.read_text(encoding="utf-8").splitlines():
+            try:
+                row = tuple(json.loads(line))
+            except ValueError:
+                continue  # a line cut short by a kill: that result never finished writing
+            if len(row) == len(COLUMNS):
+                rows.append(row)
+        try:
+            self._write(rows, give_up=lambda: True)
+        except StoreBusy:
+            with self.pending_path.open("a", encoding="utf-8") as handle:
+                handle.writelines(json.dumps(list(row)) + "\n" for row in rows)
+            return len(rows)
+        finally:
+            claimed.unlink()
+        return 0
+
+    def _write(
+        self, rows: list[tuple[Any, ...]], give_up: Callable[[], bool] | None = None
+    ) -> None:
         db = self._db
 
-        class _Tx:
-            def __enter__(self) -> None:
-                db.execute("BEGIN IMMEDIATE")
+        def transaction() -> None:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany(INSERT, rows)
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
 
-            def __exit__(self, exc_type: object, *rest: object) -> None:
-                db.execute("ROLLBACK" if exc_type else "COMMIT")
+        self._retry(transaction, give_up)
 
-        return _Tx()
+    def _retry(self, op: Callable[[], Any], give_up: Callable[[], bool] | None = None) -> Any:
+        """Run ``op``; while the database is locked, try again with back-off until
+        ``lock_timeout`` (or ``give_up()``); a file that cannot be a store → StoreError."""
+        started = time.monotonic()
+        delay = 0.02
+        while True:
+            try:
+                return op()
+            except sqlite3.Error as exc:
+                code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+                busy = code in (5, 6) or "locked" in str(exc) or "busy" in str(exc)
+                if not busy:
+                    if code in UNUSABLE:
+                        raise StoreError(
+                            f"results store {self.path} is not usable ({exc}); {HINT}"
+                        ) from exc
+                    raise
+                waited = time.monotonic() - started
+                if waited >= self.lock_timeout or (give_up is not None and give_up()):
+                    raise StoreBusy(
+                        f"results store {self.path} is locked by another writer "
+                        f"(waited {waited:.0f} s)"
+                    ) from exc
+                time.sleep(min(delay, max(0.0, self.lock_timeout - waited)))
+                delay = min(2 * delay, MAX_BACKOFF)
 
     def status(self, key: str) -> str | None:
         """``"done"``, ``"failed"`` or ``None`` (never run) for a cell key."""
-        row = self._db.execute("SELECT status FROM cells WHERE key = ?", (key,)).fetchone()
-        return None if row is None else str(row[0])
+        row = self._fetch("SELECT status FROM cells WHERE key = ?", (key,))
+        return None if not row else str(row[0][0])
 
     def get(self, key: str) -> CellResult | None:
         """The stored cell, or ``None``."""
-        row = self._db.execute(
+        rows = self._fetch(
             "SELECT study, config, seed, version, status, started, finished, rows, summary, "
             "figures, error FROM cells WHERE key = ?",
             (key,),
-        ).fetchone()
-        return None if row is None else _to_result(row)
+        )
+        return None if not rows else _to_result(rows[0])
 
     def cells(self, study: str | None = None) -> Iterator[CellResult]:
         """Every stored cell (optionally of one study), oldest first."""
@@ -150,15 +263,17 @@ class ResultsStore:
         if study is not None:
             query += " WHERE study = ?"
             args = (study,)
-        for row in self._db.execute(query + " ORDER BY finished", args).fetchall():
+        for row in self._fetch(query + " ORDER BY finished", args):
             yield _to_result(row)
 
     def count(self, status: str | None = None) -> int:
         """Number of stored cells (optionally with a given status)."""
         if status is None:
-            return int(self._db.execute("SELECT COUNT(*) FROM cells").fetchone()[0])
-        sql = "SELECT COUNT(*) FROM cells WHERE status = ?"
-        return int(self._db.execute(sql, (status,)).fetchone()[0])
+            return int(self._fetch("SELECT COUNT(*) FROM cells")[0][0])
+        return int(self._fetch("SELECT COUNT(*) FROM cells WHERE status = ?", (status,))[0][0])
+
+    def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        return list(self._retry(lambda: self._db.execute(sql, args).fetchall()))
 
     def to_dataframe(self, study: str | None = None) -> Any:
         """Tidy rows of every done cell as a pandas DataFrame, with ``study``, ``cell``,
@@ -185,6 +300,26 @@ class ResultsStore:
         frame.to_csv(out / "results.csv", index=False)
         frame.to_parquet(out / "results.parquet", index=False)
         return [out / "results.csv", out / "results.parquet"]
+
+
+def _row(result: CellResult) -> tuple[Any, ...]:
+    """The cell as the values of one ``cells`` row (raises before any write if a value cannot
+    be serialised)."""
+    return (
+        result.key,
+        result.study,
+        json.dumps(result.config, sort_keys=True, default=str),
+        result.seed,
+        result.version,
+        result.status,
+        result.started,
+        result.finished,
+        result.finished - result.started,
+        rows_to_json(result.rows),
+        json.dumps(result.summary),
+        json.dumps(result.figures),
+        result.error,
+    )
 
 
 def _scalar(value: Any) -> Any:

@@ -5,7 +5,7 @@ study: verify            # a study name (attnreg sweep --help lists them)
 base: {ridge: 0.5}       # overrides of the study's quick profile
 grid:                    # every combination of these lists is one cell per seed
   ridge: [0.1, 1.0]
-seeds: [0, 1, 2]
+seeds: [0, 1, 2]          # integers from 0 to 2**63 - 1 (the store's 64-bit INTEGER)
 profile: quick           # or full: the defaults the base starts from
 figures: false           # store figures (base64 PNG) with each cell
 ```
@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from attnreg.runs.cells import CellSpec, make_cell
+from attnreg.runs.cells import CellSpec, check_seed, make_cell
 
 TOP_LEVEL = ("study", "base", "grid", "seeds", "profile", "figures", "name")
 
@@ -63,6 +63,8 @@ def parse_sweep(data: Any) -> Sweep:
         or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds)
     ):
         raise ValueError("sweep: 'seeds' must be a non-empty list of integers")
+    for seed in seeds:
+        check_seed(seed, "sweep: 'seeds'")
     for key in ("seed",):
         if key in base or key in grid:
             raise ValueError(f"sweep: set seeds with the top-level 'seeds' list, not {key!r}")
