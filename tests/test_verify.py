@@ -3,11 +3,23 @@
 import json
 
 import numpy as np
+import pytest
+from sklearn.linear_model import Ridge as SkRidge
 from typer.testing import CliRunner
 
 from attnreg.cli import app
 from attnreg.studies import verify_references as ref
-from attnreg.studies.verify import CASES, VerifyConfig, run
+from attnreg.studies.verify import (
+    CASES,
+    SCALE_EXPONENT,
+    Case,
+    Check,
+    VerifyConfig,
+    _compare,
+    make_task,
+    run,
+    scale_exponent,
+)
 
 runner = CliRunner()
 KEYS = {"construction", "reference", "dtype", "shape", "max_abs_err", "rel_err", "tol", "passed"}
@@ -28,8 +40,12 @@ def test_every_construction_passes_on_every_case_and_dtype():
     assert {r["dtype"] for r in rows} == {"float64", "float32"}
     for word in CONSTRUCTIONS:
         assert any(word in r["construction"] for r in rows), word
-    failed = [r for r in rows if not r["passed"]]
-    assert not failed, failed
+    failed = [
+        (r["construction"], r["shape"], r["dtype"], r["rel_err"], r["tol"])
+        for r in rows
+        if not r["passed"]
+    ]
+    assert not failed, "\n".join(map(str, failed))
     for r in rows:
         base = 1e-10 if r["dtype"] == "float64" else 1e-4
         assert r["tol"] >= base
@@ -65,7 +81,8 @@ def test_tightened_tolerance_exits_one():
 def test_same_seed_same_numbers():
     a = run(VerifyConfig(seed=5, dtypes=["float32"]))
     b = run(VerifyConfig(seed=5, dtypes=["float32"]))
-    assert [r["max_abs_err"] for r in a] == [r["max_abs_err"] for r in b]
+    # array equality: a NaN row (a construction that returned NaN) equals itself
+    np.testing.assert_array_equal([r["max_abs_err"] for r in a], [r["max_abs_err"] for r in b])
 
 
 def test_table_output_and_bad_dtype():
@@ -82,3 +99,121 @@ def test_help_explains_options():
     assert result.exit_code == 0
     for option in ("--seed", "--dtype", "--json", "--tol-scale", "--ridge"):
         assert option in result.stdout
+
+
+# ---- degenerate and extreme-scale shapes ----------------------------------------------------
+
+DEGENERATE = ("zero column", "constant column", "collinear", "huge scale", "tiny scale")
+
+
+def _case(label: str) -> Case:
+    return next(c for c in CASES if c.label.startswith(label))
+
+
+def test_the_certificate_has_every_construction_on_every_degenerate_shape():
+    rows = run(VerifyConfig(seed=2))
+    names = {r["construction"] for r in rows}
+    for label in DEGENERATE:
+        case = _case(label)
+        for dtype in ("float64", "float32"):
+            mine = [r for r in rows if r["shape"] == case.describe() and r["dtype"] == dtype]
+            assert {r["construction"] for r in mine} == names, (label, dtype)
+    assert len(rows) == len(names) * len(CASES) * 2
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_degenerate_designs_are_what_they_claim(dtype):
+    """Zero, constant and collinear columns hold exactly in the dtype; the designs are rank
+    deficient (zero, collinear) or carry a constant c ≠ 0."""
+    np_dtype = np.float64 if dtype == "float64" else np.float32
+    rng = np.random.default_rng(0)
+    for label in ("zero column", "constant column", "collinear"):
+        case = _case(label)
+        x = make_task(case, dtype, rng)["x"]
+        np.testing.assert_array_equal(x.astype(np_dtype).astype(np.float64), x)
+        for xb in x:
+            if label == "zero column":
+                assert np.sum(np.all(xb == 0, axis=0)) == 1
+            elif label == "constant column":
+                flat = np.all(xb == xb[0], axis=0)
+                assert np.sum(flat) == 1 and xb[0, flat][0] != 0
+            else:
+                xd = xb.astype(np_dtype)
+                np.testing.assert_array_equal(xd[:, -1], xd[:, 0] - 2 * xd[:, 1] + xd[:, 2])
+            if label != "constant column":
+                assert np.linalg.matrix_rank(xb) == case.d - 1
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_extreme_scales_overflow_and_underflow_the_gram_matrix(dtype):
+    """X·2^±k is exact and finite in the dtype while XᵀX overflows (every diagonal entry is
+    inf) or underflows (every entry is 0)."""
+    np_dtype = np.float64 if dtype == "float64" else np.float32
+    rng = np.random.default_rng(0)
+    for label, sign in (("huge scale", 1), ("tiny scale", -1)):
+        case = _case(label)
+        k = scale_exponent(case, dtype)
+        assert k == sign * SCALE_EXPONENT[dtype]
+        x = make_task(case, dtype, rng)["x"][0]
+        xs = np.ldexp(x, k).astype(np_dtype)
+        np.testing.assert_array_equal(np.ldexp(xs.astype(np.float64), -k), x)  # exact
+        assert np.all(np.isfinite(xs)) and np.all(np.abs(xs) >= np.finfo(np_dtype).tiny)
+        with np.errstate(over="ignore", under="ignore"):
+            gram = xs.T @ xs
+        if sign > 0:
+            assert np.all(np.isinf(np.diag(gram)))
+        else:
+            assert np.all(gram == 0)
+
+
+def test_ridge_at_scale_and_the_limits_of_the_references():
+    assert ref.ridge_at_scale(0.5, 664) == 0.0
+    assert ref.ridge_at_scale(0.5, -664) == np.inf
+    assert ref.ridge_at_scale(0.5, 83) == 0.5 * 2.0**-166
+    assert ref.ridge_at_scale(0.5, -83) == 0.5 * 2.0**166
+    assert ref.ridge_at_scale(0.0, -664) == 0.0
+    rng = np.random.default_rng(1)
+    x, y, q = rng.normal(size=(6, 9)), rng.normal(size=(6, 2)), rng.normal(size=(3, 9))
+    # α = 0: the minimum-norm least-squares answer (N < d), α = ∞: 0
+    np.testing.assert_allclose(ref.sklearn_ridge(x, y, q, 0.0), q @ np.linalg.pinv(x) @ y)
+    assert np.all(ref.sklearn_ridge(x, y, q, np.inf) == 0)
+
+
+def test_the_scaled_ridge_reference_is_scale_equivariant():
+    """b · ridge(X, Y, X*; λ/a²) equals scikit-learn run on the scaled data directly, at a scale
+    where that is still possible (a = b = 2^20)."""
+    rng = np.random.default_rng(2)
+    x, y, q = rng.normal(size=(20, 4)), rng.normal(size=(20, 1)), rng.normal(size=(5, 4))
+    lam, k = 0.5, 20
+    mine = np.ldexp(ref.sklearn_ridge(x, y, q, ref.ridge_at_scale(lam, k)), k)
+    a = 2.0**k
+    direct = SkRidge(alpha=lam, fit_intercept=False, solver="svd").fit(a * x, a * y)
+    np.testing.assert_allclose(mine, direct.predict(a * q).reshape(5, 1), rtol=1e-12)
+
+
+def test_ridge_per_prefix_against_a_solve_and_pinv_loop():
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(7, 4)), rng.normal(size=(7, 2))
+    for lam in (0.0, 1e-9, 0.7):
+        expected = []
+        for t in range(len(x)):
+            xt, yt = x[: t + 1], y[: t + 1]
+            if lam == 0:
+                beta = np.linalg.pinv(xt) @ yt
+            else:
+                beta = np.linalg.solve(xt.T @ xt + lam * np.eye(4), xt.T @ yt)
+            expected.append(x[t] @ beta)
+        np.testing.assert_allclose(ref.ridge_per_prefix(x, y, lam), expected, atol=1e-9)
+    assert np.all(ref.ridge_per_prefix(x, y, np.inf) == 0)
+
+
+def test_a_construction_that_raises_is_a_failed_row_not_a_crash():
+    def refuse(x, y, q, dt):
+        raise ValueError("refused")
+
+    check = Check("refuser", "numpy.linalg.lstsq", 0.0, refuse, ref.lstsq)
+    case = _case("zero column")
+    data = make_task(case, "float64", np.random.default_rng(0))
+    with pytest.warns(RuntimeWarning, match="refused"):
+        row = _compare(check, data, 0, case, "float64", VerifyConfig())
+    assert row["passed"] is False and row["rel_err"] == np.inf

@@ -20,7 +20,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from attnreg.core.attention import SIMILARITIES, Attention
-from attnreg.core.scaling import rescale_tasks, rescaled_ridge
+from attnreg.core.scaling import rescale_tasks
 from attnreg.core.validation import (
     ArrayLike,
     as_tensor,
@@ -30,6 +30,7 @@ from attnreg.core.validation import (
     check_positive,
     check_positive_int,
     check_tasks,
+    check_underflow,
     per_step,
 )
 from attnreg.core.whitening import RankWarning, covariance_scale, default_rtol, whitening_matrix
@@ -107,17 +108,16 @@ class Ridge:
         magnitude would over- or underflow ``XᵀX`` (ridge on ``X/s`` is ridge with ``λ/s²``)."""
         xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
         n, d = xc.shape[1], xc.shape[2]
-        xc, yc, sx, sy = rescale_tasks(xc, yc)
-        xq = xq / sx if bool((sx != 1).any()) else xq
-        lam = rescaled_ridge(self.lam * covariance_scale(n, self.covariance), sx)
-        lam_t = torch.as_tensor(lam, dtype=xc.dtype).reshape(-1, 1, 1)
+        xc, yc, rescaling = rescale_tasks(xc, yc, self.lam * covariance_scale(n, self.covariance))
+        xq = rescaling.queries(xq)
+        lam_t = torch.as_tensor(rescaling.ridge, dtype=xc.dtype).reshape(-1, 1, 1)
         if n < d:
             gram = xc @ xc.mT + lam_t * torch.eye(n, dtype=xc.dtype, device=xc.device)
             out = xq @ (xc.mT @ torch.linalg.solve(gram, yc))
         else:
             s = xc.mT @ xc + lam_t * torch.eye(d, dtype=xc.dtype, device=xc.device)
             out = xq @ torch.linalg.solve(s, xc.mT @ yc)
-        return check_finite_result(out * sy).reshape(shape)
+        return check_finite_result(rescaling.outputs(out)).reshape(shape)
 
 
 def gd_weights(
@@ -167,8 +167,12 @@ class GD:
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """Predictions ``W_K x_q`` after K GD steps on each task's context."""
         xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
-        w = gd_weights(xc, yc, self.eta, self.steps, self.w0)
-        return check_finite_result(xq @ w.mT).reshape(shape)
+
+        def run(xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
+            return xq @ gd_weights(xc, yc, self.eta, self.steps, self.w0).mT
+
+        out = check_finite_result(run(xc, yc, xq))
+        return check_underflow(out, run, xc, yc, xq).reshape(shape)
 
 
 @dataclass
@@ -196,8 +200,12 @@ class PreconditionedGD:
             raise ValueError(
                 f"gamma: expected shape (d, d) = {(xc.shape[-1],) * 2}, got {tuple(g.shape)}"
             )
-        w = gd_weights(xc, yc, self.eta, self.steps, self.w0, gamma=g)
-        return check_finite_result(xq @ w.mT).reshape(shape)
+
+        def run(xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
+            return xq @ gd_weights(xc, yc, self.eta, self.steps, self.w0, gamma=g).mT
+
+        out = check_finite_result(run(xc, yc, xq))
+        return check_underflow(out, run, xc, yc, xq).reshape(shape)
 
 
 def optimal_preconditioner(sigma: ArrayLike, n: int) -> torch.Tensor:
@@ -230,19 +238,24 @@ class GDPlusPlus:
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """Predictions after K GD++ steps on the tokens."""
-        x, y, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
-        n = x.shape[1]
-        w0 = _w0(self.w0, x.shape[0], y.shape[-1], x.shape[-1], x)
-        yq = -(xq @ w0.mT)
-        for eta, gamma in zip(
-            per_step("eta", self.eta, self.steps),
-            per_step("gamma", self.gamma, self.steps),
-            strict=True,
-        ):
-            s = x.mT @ x
-            lin = (s @ w0.mT - x.mT @ y) * (eta / n)
-            x, y, xq, yq = x - gamma * x @ s, y + x @ lin, xq - gamma * xq @ s, yq + xq @ lin
-        return check_finite_result(-yq).reshape(shape)
+        xc, yc, xqc, shape = check_tasks(x_ctx, y_ctx, x_query)
+        n = xc.shape[1]
+        w0 = _w0(self.w0, xc.shape[0], yc.shape[-1], xc.shape[-1], xc)
+
+        def run(x: torch.Tensor, y: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
+            yq = -(xq @ w0.mT)
+            for eta, gamma in zip(
+                per_step("eta", self.eta, self.steps),
+                per_step("gamma", self.gamma, self.steps),
+                strict=True,
+            ):
+                s = x.mT @ x
+                lin = (s @ w0.mT - x.mT @ y) * (eta / n)
+                x, y, xq, yq = x - gamma * x @ s, y + x @ lin, xq - gamma * xq @ s, yq + xq @ lin
+            return -yq
+
+        out = check_finite_result(run(xc, yc, xqc))
+        return check_underflow(out, run, xc, yc, xqc).reshape(shape)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Self
 import torch
 
 from attnreg.core.attention import Attention, Hooked, gram, project
-from attnreg.core.scaling import rescale_tasks, rescaled_ridge
+from attnreg.core.scaling import Rescaling, rescale_tasks
 from attnreg.core.validation import (
     ArrayLike,
     as_tensor,
@@ -35,8 +35,7 @@ class _RegressionLayer(Hooked):
 
     context: torch.Tensor
     keys: torch.Tensor
-    input_scale: torch.Tensor
-    target_scale: torch.Tensor
+    rescaling: Rescaling
 
     def __init__(
         self,
@@ -82,27 +81,21 @@ class _RegressionLayer(Hooked):
         return check_finite_result(self._attend(xq.expand(ctx.shape[0], *xq.shape[1:])))
 
     def _fit(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        x, y, sx, sy = rescale_tasks(x, y)
-        lam = rescaled_ridge(self.ridge, sx)
+        x, y, rescaling = rescale_tasks(x, y, self.ridge)
         white = whitening_matrix(
             x,
-            ridge=lam,
+            ridge=rescaling.ridge,
             covariance=self.covariance,
             method=self.method,
             rtol=self.rtol,
             checked=True,
         )
-        self.whitening, self.scale = white, white.scale
+        self.whitening, self.scale, self.rescaling = white, white.scale, rescaling
         self.register_buffer("context", x, persistent=False)
-        self.register_buffer("input_scale", sx, persistent=False)
-        self.register_buffer("target_scale", sy, persistent=False)
         self._set_weights(white, x, y)
 
     def _attend(self, xq: torch.Tensor) -> torch.Tensor:
-        sx, sy = self.input_scale, self.target_scale
-        rescaled = bool((sx != 1).any() or (sy != 1).any())
-        out = self._forward(xq / sx if rescaled else xq)
-        return out * sy if rescaled else out
+        return self.rescaling.outputs(self._forward(self.rescaling.queries(xq)))
 
     def _set_weights(self, white: Whitening, x: torch.Tensor, y: torch.Tensor) -> None:
         raise NotImplementedError  # pragma: no cover - every layer sets its own weights
@@ -170,7 +163,7 @@ class OLSTransformer(_RegressionLayer):
         applies to a query (``= L P`` when ``λ = 0``), in the caller's units."""
         ctx = self.context
         beta = self.w_q @ ((ctx @ self.w_k).mT @ (ctx @ self.w_v)) @ self.w_p / self.scale
-        return beta * self.target_scale / self.input_scale
+        return self.rescaling.outputs(self.rescaling.queries(beta.mT).mT)
 
 
 class OLSAttention(_RegressionLayer):

@@ -20,8 +20,10 @@ hook on the scores or weights asks for it):
 * **explicit** — scores, separation, weights, ``weights · V``: taken when a hook reads or edits
   ``hook_scores`` / ``hook_weights``, or when each query's own key is masked (``mask_self``).
   The cached tensors are the ones that make the output.
-* **linear** — identity separation, bilinear similarity: ``Q (β M (Kᵀ V) W_O)``, linear in N and
-  M, evaluated one block of about 1 MiB of tasks at a time (so many small tasks stay in cache).
+* **linear** — identity separation, bilinear similarity: ``Q (β (K Mᵀ)ᵀ V W_O)``, linear in N
+  and M, evaluated one block of about 1 MiB of tasks at a time (so many small tasks stay in
+  cache). The metric goes to the key side: its zero rows then give exact zeros in the state
+  (features a layer does not read cannot overflow it).
 * **fused softmax** — softmax separation, bilinear similarity: PyTorch's fused
   ``scaled_dot_product_attention`` (on the CPU a flash-attention kernel: tiles of queries ×
   keys with an online softmax). Values of another width than the keys are zero-padded to one
@@ -345,9 +347,9 @@ class Attention(nn.Module):
         beta: float,
         n: int = 1,
     ) -> torch.Tensor:
-        """``Q (β M (Kᵀ V / n) W_O)`` one block of tasks at a time: the ``d × do`` state first, so
-        no ``M × N`` matrix and no ``M × d`` intermediate besides ``Q`` is formed. Keys, values
-        or queries shared by every head (a stride-0 head axis) are multiplied once."""
+        """``Q (β (K Mᵀ)ᵀ V W_O / n)`` one block of tasks at a time: the ``d × do`` state first,
+        so no ``M × N`` matrix and no ``M × d`` intermediate besides ``Q`` is formed. Keys,
+        values or queries shared by every head (a stride-0 head axis) are multiplied once."""
         if self.similarity == "scaled_dot":
             beta = beta / math.sqrt(q.shape[-1])
         if _narrow_shared_heads(q, k, v, metric, w_o):
@@ -417,14 +419,16 @@ def _linear_block(
     beta: float,
     n: int = 1,
 ) -> torch.Tensor:
+    if metric is not None:  # on the key side: zero rows of M make exact zeros in the state
+        k = (k[:, 0] if _shared_over_heads(k) and metric.ndim < 3 else k) @ metric.mT
+        if k.ndim == 3 and v.ndim == 4:
+            k = k.unsqueeze(1).expand(-1, v.shape[1], -1, -1)
     if _shared_over_heads(k) and _shared_over_heads(v):
         state = gram(k[:, 0], v[:, 0]).unsqueeze(1)
     else:
         state = gram(k, v)
     if n != 1:
         state = state / n
-    if metric is not None:
-        state = metric @ state
     if w_o is not None:
         state = state @ w_o
     if beta != 1.0:
@@ -465,14 +469,15 @@ def _shared_heads_readout(
     beta: float,
     n: int,
 ) -> torch.Tensor:
-    """``Σ_h (Q M_h)(Kᵀ (V W_O,h)) β / n`` with the heads side by side in two GEMMs: values are
-    projected first (``do < dv``), so the state is ``d × do`` per head, not ``d × dv``."""
-    b, h, m, d = q.shape
-    do = w_o.shape[-1]
-    qm = (q[:, 0] @ metric.permute(1, 0, 2).reshape(d, h * d)).view(b, m, h, d)
-    u = v[:, 0] @ w_o.permute(1, 0, 2).reshape(v.shape[-1], h * do)
-    z = (k[:, 0].mT @ u).view(b, d, h, do)
-    out = torch.einsum("bmhe,behk->bmk", qm, z)
+    """``Σ_h Q ((K M_hᵀ)ᵀ (V W_O,h)) β / n`` with the heads side by side: values are projected
+    first (``do < dv``), so the state is ``d × do`` per head, not ``d × dv``; the metric goes to
+    the key side, where its zero rows give exact zeros (no overflow from unused features)."""
+    b, h, _, d = q.shape
+    n_keys, do = k.shape[2], w_o.shape[-1]
+    km = (k[:, 0] @ metric.mT.permute(1, 0, 2).reshape(d, h * d)).view(b, n_keys, h, d)
+    u = (v[:, 0] @ w_o.permute(1, 0, 2).reshape(v.shape[-1], h * do)).view(b, n_keys, h, do)
+    z = torch.einsum("bnhe,bnhk->bhek", km, u)
+    out = torch.einsum("bme,bhek->bmk", q[:, 0], z)
     if beta != 1.0:
         out = out * beta
     return out / n if n != 1 else out

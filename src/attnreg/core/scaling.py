@@ -12,6 +12,7 @@ float32) is left as it is and the numbers do not change.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -27,24 +28,57 @@ def power_of_two_scale(x: torch.Tensor) -> torch.Tensor:
     return torch.ldexp(torch.ones_like(biggest), exponent)
 
 
+@dataclass(frozen=True)
+class Rescaling:
+    """How a batch of tasks was rescaled: queries are divided by ``x`` (``(B, 1, 1)``), outputs
+    multiplied by ``output``, and ``ridge`` is the λ to use on the rescaled data."""
+
+    x: torch.Tensor
+    output: torch.Tensor
+    ridge: float | torch.Tensor
+
+    def queries(self, xq: torch.Tensor) -> torch.Tensor:
+        """Queries in the rescaled units."""
+        return xq / self.x if bool((self.x != 1).any()) else xq
+
+    def outputs(self, out: torch.Tensor) -> torch.Tensor:
+        """Predictions back in the caller's units."""
+        return out * self.output if bool((self.output != 1).any()) else out
+
+
 def rescale_tasks(
-    x: torch.Tensor, y: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(X/s, Y/t, s, t)`` with the per-task powers of two of :func:`power_of_two_scale`
-    (the inputs themselves, unchanged, when every scale is 1)."""
+    x: torch.Tensor, y: torch.Tensor, ridge: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor, Rescaling]:
+    """``(X/s, Y/t, rescaling)`` with the per-task powers of two of :func:`power_of_two_scale`.
+
+    Ridge on ``X/s`` is ridge with ``λ/s²``. When that leaves the float range (λ dwarfs ``XᵀX``
+    by more than √(largest float), e.g. tiny X), λ/s² is capped at ``c = √(largest float)`` and
+    the outputs are multiplied by ``c·s²/λ``: in that regime every direction's ridge factor is
+    ``1/(e + λ/s²) = (c·s²/λ) / (e + c)`` up to a relative ``e/c < 10⁻¹⁵⁴`` (float64). The
+    output factor ``t·c·s²/λ`` is formed from the exponents, so it does not over- or
+    underflow unless the answer itself does."""
     sx, sy = power_of_two_scale(x), power_of_two_scale(y)
     if bool((sx != 1).any()):
         x = x / sx
     if bool((sy != 1).any()):
         y = y / sy
-    return x, y, sx, sy
+    cap = float(torch.finfo(x.dtype).max ** 0.5)
+    lam: float | torch.Tensor = ridge
+    output = sy
+    if ridge > 0 and bool((sx != 1).any()):
+        wanted = ridge / sx.square()  # inf where it overflows: then it is capped too
+        capped = wanted > cap
+        lam = wanted.clamp(max=cap).reshape(-1)
+        if bool(capped.any()):
+            ex, ey = _exponent(sx), _exponent(sy)
+            shift = ey + torch.where(capped, 2 * ex, torch.zeros_like(ex))
+            mantissa = torch.where(capped, torch.full_like(sx, cap / ridge), torch.ones_like(sx))
+            half = torch.div(shift, 2, rounding_mode="floor")
+            output = torch.ldexp(torch.ldexp(mantissa, half), shift - half)
+    return x, y, Rescaling(sx, output, lam)
 
 
-def rescaled_ridge(ridge: float, sx: torch.Tensor) -> float | torch.Tensor:
-    """λ for data divided by ``s``: ridge on ``X/s`` equals ridge on ``X`` with ``λ/s²`` (per
-    task, ``(B,)``). Past √(largest float) (1e154 in float64) the ridge prediction on the
-    rescaled data (``|X/s| < 1``) is zero to that relative precision, so ``λ/s²`` is capped
-    there: no overflow and no subnormal whitened Gram matrix."""
-    if ridge == 0 or not bool((sx != 1).any()):
-        return ridge
-    return (ridge / sx.reshape(-1).square()).clamp(max=torch.finfo(sx.dtype).max ** 0.5)
+def _exponent(s: torch.Tensor) -> torch.Tensor:
+    """``e`` of an exact power of two ``s = 2^e``."""
+    _, exponent = torch.frexp(s)
+    return exponent - 1

@@ -13,7 +13,7 @@ The rules:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -215,6 +215,54 @@ def check_finite_result(out: torch.Tensor, name: str = "predict") -> torch.Tenso
                 "inputs or parameters are too large for this computation in "
                 f"{str(out.dtype).removeprefix('torch.')}; rescale the inputs"
             )
+    return out
+
+
+def _unit_scale(x: torch.Tensor) -> torch.Tensor:
+    """Per task the power of two ``2^e`` with ``max |x / 2^e|`` in ``[0.5, 1)`` (1 for a zero
+    task): ``(B, 1, 1)`` for ``x`` of shape ``(B, N, k)``."""
+    _, exponent = torch.frexp(x.detach().abs().amax(dim=(-2, -1), keepdim=True))
+    return torch.ldexp(torch.ones_like(x[..., :1, :1]), exponent)
+
+
+def check_underflow(
+    out: torch.Tensor,
+    compute: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+    x_ctx: torch.Tensor,
+    y_ctx: torch.Tensor,
+    x_query: torch.Tensor,
+    name: str = "predict",
+) -> torch.Tensor:
+    """Return ``out`` (``(B, M, dy)``) unless a task's answer underflowed; else ``ValueError``.
+
+    A task underflowed when every entry of its answer is zero or subnormal while ``compute``
+    (the same prediction, on checked batched tensors) on its inputs rescaled by powers of two to
+    unit magnitude has a normal entry: the answer is not zero, it is below the floating range
+    at this input scale (e.g. one GD step, ``(η/N) x* XᵀY``, is of order ``s³`` for inputs of
+    magnitude ``s = 1e-300``). A genuinely zero answer (``y = 0``, queries orthogonal to the
+    context) is zero at unit scale too and is returned. ``compute`` runs only when some task's
+    answer is entirely zero or subnormal.
+    """
+    if out.numel() == 0:
+        return out
+    tiny = torch.finfo(out.dtype).tiny
+    lost = (out.detach().abs() < tiny).flatten(1).all(dim=1)
+    if not bool(lost.any()):
+        return out
+    with torch.no_grad():
+        unit = compute(
+            x_ctx / _unit_scale(x_ctx), y_ctx / _unit_scale(y_ctx), x_query / _unit_scale(x_query)
+        )
+    nonzero = (unit.detach().abs() >= torch.finfo(unit.dtype).tiny).flatten(1).any(dim=1)
+    bad = lost & nonzero
+    if bool(bad.any()):
+        task = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"{name}: the result underflowed for task {task} (every entry is zero or subnormal, "
+            "although the answer on the same inputs rescaled to unit magnitude is not zero): "
+            f"the inputs are too small for this computation in "
+            f"{str(out.dtype).removeprefix('torch.')}; rescale the inputs"
+        )
     return out
 
 

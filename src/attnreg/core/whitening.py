@@ -201,7 +201,7 @@ def warn_conditioning(condition: torch.Tensor, dtype: torch.dtype) -> None:
     so its relative accuracy is about ``u · κ`` (the normal equations' bound, Higham 2002 §20.4).
     """
     unit = torch.finfo(dtype).eps / 2
-    worst = float(condition.max())
+    worst = float(condition.detach().max())
     if worst * unit**0.5 > 1:
         warnings.warn(
             f"x: ill-conditioned design (condition number of S ≈ {worst:.1e}); results are "

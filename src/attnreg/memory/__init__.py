@@ -9,6 +9,10 @@
 * :class:`ModernHopfield` — softmax (Demircigil et al. 2017; Ramsauer et al. 2020):
   exponential in ``d``;
 * :class:`UniversalHopfieldMemory` — any similarity × separation cell of the grid.
+
+:class:`MemoryRegressor` reads a hetero-associative memory as an in-context regressor
+(``predict(x_ctx, y_ctx, x_query)``: keys ``x``, values ``y``): the pseudo-inverse memory is the
+OLS / ridge prediction, one modern Hopfield step the softmax kernel smoother.
 """
 
 from attnreg.memory.base import krotov_hopfield_coefficients, polynomial_associate
@@ -19,11 +23,13 @@ from attnreg.memory.classical import (
     dam_capacity_theory,
 )
 from attnreg.memory.modern import GRID_SIMILARITIES, ModernHopfield, UniversalHopfieldMemory
+from attnreg.memory.regressor import MemoryRegressor
 
 __all__ = [
     "GRID_SIMILARITIES",
     "DenseAssociativeMemory",
     "HebbianMemory",
+    "MemoryRegressor",
     "ModernHopfield",
     "PseudoInverseMemory",
     "UniversalHopfieldMemory",

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from attnreg.core.attention import DEFAULT_MEMORY_BUDGET, associate
+from attnreg.core.scaling import power_of_two_scale
 from attnreg.core.validation import check_choice, check_nonnegative, check_positive_int
 from attnreg.core.whitening import whitening_matrix
 from attnreg.memory.base import (
@@ -46,6 +47,12 @@ class PseudoInverseMemory:
     Energy (auto-associative state space): ``E(ξ) = ½ ξᵀ (I − P) ξ`` with ``P = S⁺ KᵀK`` the
     projection onto the span of the keys — the squared distance to the stored subspace; one
     retrieval step ``ξ → ξP`` (for ``λ = 0``) brings it to 0, so it never increases.
+
+    Keys and values of extreme magnitude (where ``KᵀK`` would over- or underflow) are divided
+    by powers of two ``s``, ``t`` (:func:`attnreg.core.scaling.power_of_two_scale`, exact):
+    ``q S⁺ Kᵀ V = (q/s)(S_s)⁺ (K/s)ᵀ (V/t) · t`` with ``S_s = (K/s)ᵀ(K/s) + (λ/s²) I``; the
+    rescaled ``λ/s²`` is capped at √(largest float), past which the ridge answer is zero to
+    that relative precision. ``metric_`` is ``S_s⁺``, for the rescaled keys.
     """
 
     def __init__(self, ridge: float = 0.0, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
@@ -63,8 +70,16 @@ class PseudoInverseMemory:
                 f"values shape {tuple(v.shape)}"
             )
         n, d = k.shape
+        self.key_scale_, self.value_scale_ = power_of_two_scale(k), power_of_two_scale(v)
+        self._keys = k / self.key_scale_ if bool(self.key_scale_ != 1) else k
+        self._values = v / self.value_scale_ if bool(self.value_scale_ != 1) else v
+        ridge: float | torch.Tensor = float(self.ridge)
+        if ridge > 0 and bool(self.key_scale_ != 1):  # λ/s², inf when it overflows: capped
+            ridge = (ridge / self.key_scale_.reshape(1).square()).clamp(
+                max=torch.finfo(k.dtype).max ** 0.5
+            )
         # N < d is the memory's normal regime (rank N by construction): no rank warning then.
-        w = whitening_matrix(k, ridge=self.ridge, warn=n >= d).matrix[0]
+        w = whitening_matrix(self._keys, ridge=ridge, warn=n >= d).matrix[0]
         self.keys_, self.values_ = k, v
         self.metric_ = w @ w.mT
         return self
@@ -73,21 +88,21 @@ class PseudoInverseMemory:
         """``q S⁺ Kᵀ V`` for queries ``(M, d)`` (or one ``(d,)`` query)."""
         q, single = check_states("queries", queries, self.keys_.shape[1], self.keys_.dtype)
         out = associate(
-            q,
-            self.keys_,
-            self.values_,
+            q / self.key_scale_ if bool(self.key_scale_ != 1) else q,
+            self._keys,
+            self._values,
             similarity="whitened_dot",
             separation="identity",
             metric=self.metric_,
             memory_budget=self.memory_budget,
         )
         assert isinstance(out, torch.Tensor)
-        return _out(out, single)
+        return _out(out * self.value_scale_ if bool(self.value_scale_ != 1) else out, single)
 
     def energy(self, states: Any) -> torch.Tensor:
         """``E(ξ) = ½ ξᵀ (I − S⁺KᵀK) ξ`` per state (the squared distance to the key span)."""
         x, single = check_states("states", states, self.keys_.shape[1], self.keys_.dtype)
-        projected = x @ self.metric_ @ (self.keys_.mT @ self.keys_)
+        projected = x @ self.metric_ @ (self._keys.mT @ self._keys)  # scale-free projection
         return _out(0.5 * ((x - projected) * x).sum(-1), single)
 
 

@@ -50,6 +50,7 @@ from attnreg.core.validation import (
     check_nonnegative,
     check_positive_int,
     check_tasks,
+    check_underflow,
 )
 
 VARIANTS = ("full", "gdpp", "factored")
@@ -163,9 +164,10 @@ class TokenModel(Hooked):
                 f"(d = {self.d}, dy = {self.dy})"
             )
         device = next(self.parameters()).device
+        xc, yc, xq = xc.to(device), yc.to(device), xq.to(device)
         with torch.no_grad():
-            out = self.forward_predict(xc.to(device), yc.to(device), xq.to(device))
-        return check_finite_result(out).reshape(shape)
+            out = check_finite_result(self.forward_predict(xc, yc, xq))
+        return check_underflow(out, self.forward_predict, xc, yc, xq).reshape(shape)
 
     def spec(self) -> dict[str, Any]:
         """Constructor arguments (JSON-like), stored in checkpoints."""

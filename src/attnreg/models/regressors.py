@@ -47,6 +47,7 @@ from attnreg.core.validation import (
     check_finite_result,
     check_positive,
     check_tasks,
+    check_underflow,
 )
 from attnreg.core.whitening import whitening_matrix
 
@@ -195,14 +196,21 @@ class AttentionRegression(Hooked):
         return out[0] if squeeze else out
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
-        """The one signature: ``(B, N, d), (B, N, dy), (B, M, d) -> (B, M, dy)``, no gradient."""
+        """The one signature: ``(B, N, d), (B, N, dy), (B, M, d) -> (B, M, dy)``, no gradient;
+        computed and returned in the model's dtype (float32 inputs to a float64 model give
+        float64)."""
         xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
         if xc.shape[-1] != self.d:
             raise ValueError(f"x_ctx: expected d = {self.d} features, got shape {tuple(xc.shape)}")
         dtype = next(self.parameters()).dtype
+        xc, yc, xq = xc.to(dtype), yc.to(dtype), xq.to(dtype)
+
+        def run(xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
+            return self(xq, xc, yc)
+
         with torch.no_grad():
-            out = self(xq.to(dtype), xc.to(dtype), yc.to(dtype))
-        return check_finite_result(out).reshape(shape)
+            out = check_finite_result(run(xc, yc, xq))
+        return check_underflow(out, run, xc, yc, xq).reshape(shape)
 
     def effective_metric(self, x_ctx: torch.Tensor) -> torch.Tensor:
         """``M`` (``(B, d, d)``) with raw scores ``x* M xᵀ`` in the input coordinates.
@@ -285,7 +293,8 @@ class TrainableOLSTransformer(Hooked):
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """The one signature. The targets live in the slow weights (``W_P``, learned from the
         training targets), so ``y_ctx`` is validated for its shape but not read: the context
-        ``X`` is the fast memory. ``(B, N, d), (B, N, dy), (B, M, d) -> (B, M, dy)``."""
+        ``X`` is the fast memory. ``(B, N, d), (B, N, dy), (B, M, d) -> (B, M, dy)``, computed
+        and returned in the model's dtype."""
         xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
         if xc.shape[-1] != self.d or yc.shape[-1] != self.dy:
             raise ValueError(
@@ -293,9 +302,14 @@ class TrainableOLSTransformer(Hooked):
                 f"(d = {self.d}, dy = {self.dy})"
             )
         dtype = self.w_q.dtype
+        xc, yc, xq = xc.to(dtype), yc.to(dtype), xq.to(dtype)
+
+        def run(xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
+            return self(xq, xc)
+
         with torch.no_grad():
-            out = self(xq.to(dtype), xc.to(dtype))
-        return check_finite_result(out).reshape(shape)
+            out = check_finite_result(run(xc, yc, xq))
+        return check_underflow(out, run, xc, yc, xq).reshape(shape)
 
     @property
     def qk_product(self) -> torch.Tensor:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from attnreg.core.validation import check_tasks
 from attnreg.core.whitening import ConditioningWarning, RankWarning
 from attnreg.data.tasks import Tasks, TaskSampler, query_loss
 from attnreg.estimators import GD, OLS, PreconditionedGD, Predictor, Ridge, optimal_preconditioner
@@ -34,9 +35,10 @@ class ZeroPredictor:
     """Predicts 0 for every query (the loss every model starts from)."""
 
     def predict(self, x_ctx: Any, y_ctx: Any, x_query: Any) -> torch.Tensor:
-        xq = torch.as_tensor(x_query)
-        y = torch.as_tensor(y_ctx)
-        return xq.new_zeros(*xq.shape[:-1], y.shape[-1])
+        """Zeros of the one signature's shape ``(B, M, dy)`` (or unbatched), in the inputs'
+        common dtype; the inputs are validated like every predictor's (``check_tasks``)."""
+        xc, _, _, shape = check_tasks(x_ctx, y_ctx, x_query)
+        return torch.zeros(shape, dtype=xc.dtype, device=xc.device)
 
 
 def eval_loss(predictor: Predictor | Callable[..., torch.Tensor], tasks: Tasks) -> float:

@@ -2,9 +2,17 @@
 
 Each function takes unbatched numpy arrays ``X (N, d)``, ``Y (N, dy)``, ``X* (M, d)`` and
 returns the reference predictions; they share no code with the constructions they check.
+Rank-deficient designs get the minimum-norm least-squares answer (``numpy.linalg.lstsq``, the
+pseudo-inverse: singular values at or below ``max(N, d) · eps · σ_max`` count as zero).
+
+Ridge at an extreme scale goes through scale equivariance, ``ŷ(aX, bY, aX*; λ) =
+b ŷ(X, Y, X*; λ/a²)``: :func:`ridge_at_scale` gives ``λ/a²``, which may be 0 (underflow: ridge
+becomes least squares, its ``α → 0`` limit) or infinite (overflow: the ``α → ∞`` limit, 0).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numpy.typing import NDArray
@@ -18,8 +26,27 @@ def lstsq(x: Array, y: Array, xq: Array) -> Array:
     return xq @ np.linalg.lstsq(x, y, rcond=None)[0]
 
 
+def ridge_at_scale(lam: float, k: int) -> float:
+    """``λ/a²`` for ``a = 2^k``: the ridge of the unscaled problem equivalent to ridge ``λ`` on
+    data scaled by ``a`` (``ŷ(aX, bY, aX*; λ) = b ŷ(X, Y, X*; λ/a²)``). Exact where float64
+    holds it; 0 when it underflows, ``inf`` when it overflows."""
+    if lam == 0 or k == 0:
+        return float(lam)
+    exponent = math.frexp(lam)[1] - 2 * k
+    if exponent > 1024:
+        return math.inf
+    if exponent < -1075:
+        return 0.0
+    return math.ldexp(lam, -2 * k)
+
+
 def sklearn_ridge(x: Array, y: Array, xq: Array, alpha: float) -> Array:
-    """scikit-learn ``Ridge(alpha, fit_intercept=False)`` (solver "svd")."""
+    """scikit-learn ``Ridge(alpha, fit_intercept=False)`` (solver "svd"); its limits at
+    ``alpha = 0`` (minimum-norm least squares, :func:`lstsq`) and ``alpha = inf`` (0)."""
+    if alpha == 0:
+        return lstsq(x, y, xq)
+    if math.isinf(alpha):
+        return np.zeros((len(xq), y.shape[1]))
     model = SkRidge(alpha=alpha, fit_intercept=False, solver="svd").fit(x, y)
     return model.predict(xq).reshape(len(xq), -1)
 
@@ -59,10 +86,18 @@ def gd_plus_plus_loop(
 
 
 def ridge_per_prefix(x: Array, y: Array, lam: float) -> Array:
-    """``W_t x_t`` with ``W_t`` the ridge solution on the first t tokens, solved afresh each t."""
+    """``W_t x_t`` with ``W_t`` the ridge solution on the first t tokens, solved afresh each t
+    from the SVD ``X_t = U Σ Vᵀ``: ``W_tᵀ = V diag(σ/(σ² + λ)) Uᵀ Y_t`` (stable for any ``λ > 0``,
+    however small); ``λ = 0`` is minimum-norm least squares per prefix, ``λ = inf`` gives 0."""
     out = np.zeros((x.shape[0], y.shape[1]))
+    if math.isinf(lam):
+        return out
     for t in range(x.shape[0]):
         xt, yt = x[: t + 1], y[: t + 1]
-        beta = np.linalg.solve(xt.T @ xt + lam * np.eye(x.shape[1]), xt.T @ yt)
+        if lam == 0:
+            beta = np.linalg.lstsq(xt, yt, rcond=None)[0]
+        else:
+            u, s, vt = np.linalg.svd(xt, full_matrices=False)
+            beta = vt.T @ ((s / (s**2 + lam))[:, None] * (u.T @ yt))
         out[t] = x[t] @ beta
     return out
