@@ -55,9 +55,10 @@ class MesaLayer(Hooked):
 
     and ``R_t = (Σ_{i≤t} k_i k_iᵀ + λI)⁻¹`` computed by recursive least squares
     (:func:`rls_inverse`) — or, when λ is so small next to ``‖K‖²`` that the recursion would lose
-    more than half the digits, by a symmetric pseudo-inverse per prefix. Only the first ``n_ctx`` tokens update ``W``; later (query) tokens
-    read out with ``W_{n_ctx}``: ``W_N q = Σ_i v_i (k_iᵀ R_N q)`` — linear attention with the
-    metric ``R_N``, computed by the attention core (hook points ``attn.hook_q`` …).
+    more than half the digits, by a symmetric pseudo-inverse per prefix. Only the first
+    ``n_ctx`` tokens update ``W``; later (query) tokens read out with ``W_{n_ctx}``:
+    ``W_N q = Σ_i v_i (k_iᵀ R_N q)`` — linear attention with the metric ``R_N``, computed by the
+    attention core (hook points ``attn.hook_q`` …).
     """
 
     def __init__(self, lam: float = 1.0) -> None:
