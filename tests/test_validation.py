@@ -98,3 +98,21 @@ def test_mixed_dtypes_promote_to_float64_and_keep_output_shape():
     assert xc.dtype == yc.dtype == xq.dtype == torch.float64
     assert shape == (3,)
     assert OLS().predict(x, y[:, 0], q).shape == (3,)
+
+
+def test_seeds_are_checked_where_they_enter():
+    from attnreg.models import SoftmaxAttention, TrainableLSA
+    from attnreg.models.regressors import AttentionRegression
+    from attnreg.training import TrainConfig, generator
+
+    for make in (
+        lambda s: TrainableLSA(3, seed=s),
+        lambda s: SoftmaxAttention(3, seed=s),
+        lambda s: AttentionRegression(3, seed=s),
+        lambda s: TrainConfig(seed=s),
+        generator,
+    ):
+        for bad in (-1, 2**63, 1.5, "3", True):
+            with pytest.raises(ValueError, match=r"seed: must be an integer in \[0, 2\*\*63\)"):
+                make(bad)
+        make(2**63 - 1)

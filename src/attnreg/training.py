@@ -64,6 +64,7 @@ from attnreg.core.validation import (
     check_nonnegative,
     check_positive,
     check_positive_int,
+    check_seed,
 )
 
 SCHEDULES = ("constant", "cosine")
@@ -102,6 +103,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_positive_int("steps", self.steps)
+        check_seed("seed", self.seed)
         check_positive("lr", self.lr)
         check_choice("schedule", self.schedule, SCHEDULES)
         check_positive("lr_final", self.lr_final)
@@ -174,7 +176,7 @@ class TrainResult:
 def generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
     """A seeded ``torch.Generator`` (the data stream of a reproducible run)."""
     gen = torch.Generator(device=device)
-    gen.manual_seed(int(seed))
+    gen.manual_seed(check_seed("seed", seed))
     return gen
 
 

@@ -131,6 +131,19 @@ def check_positive_int(name: str, value: int) -> int:
     return int(value)
 
 
+SEED_LIMIT = 2**63
+
+
+def check_seed(name: str, value: int) -> int:
+    """Require an integer seed in ``[0, 2**63)`` (what ``torch.Generator.manual_seed`` and a
+    SQLite INTEGER both hold)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ValueError(f"{name}: must be an integer in [0, 2**63), got {value!r}")
+    if not 0 <= int(value) < SEED_LIMIT:
+        raise ValueError(f"{name}: must be an integer in [0, 2**63), got {value!r}")
+    return int(value)
+
+
 def check_choice(name: str, value: str, choices: Iterable[str]) -> str:
     """Require ``value`` to be one of ``choices``; the error lists the valid names."""
     options = list(choices)

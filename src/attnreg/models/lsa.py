@@ -49,6 +49,7 @@ from attnreg.core.validation import (
     check_finite_result,
     check_nonnegative,
     check_positive_int,
+    check_seed,
     check_tasks,
     check_underflow,
 )
@@ -207,7 +208,7 @@ class TrainableLSA(TokenModel):
         super().__init__(d, dy, layers, heads, recurrent, "identity")
         self.variant = check_choice("variant", variant, VARIANTS)
         self.init_scale = check_nonnegative("init_scale", init_scale)
-        self.seed = int(seed)
+        self.seed = check_seed("seed", seed)
         gen = torch.Generator().manual_seed(self.seed)
         shape = (self.n_weight_sets, heads, self.width, self.width)
         if variant == "factored":

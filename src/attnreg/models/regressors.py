@@ -46,6 +46,7 @@ from attnreg.core.validation import (
     check_choice,
     check_finite_result,
     check_positive,
+    check_seed,
     check_tasks,
     check_underflow,
 )
@@ -105,7 +106,7 @@ class AttentionRegression(Hooked):
             raise ValueError(f"d_k: must be an integer >= 1, got {d_k!r}")
         check_positive("init_scale", init_scale)
         self.whiten_ridge = check_positive("whiten_ridge", whiten_ridge)
-        gen = torch.Generator().manual_seed(int(seed))
+        gen = torch.Generator().manual_seed(check_seed("seed", seed))
         std = init_scale / math.sqrt(self.d)
 
         def init(rows: int, cols: int) -> nn.Parameter:
@@ -270,7 +271,7 @@ class TrainableOLSTransformer(Hooked):
             if isinstance(value, bool) or int(value) != value or value < 1:
                 raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
         check_positive("init_scale", init_scale)
-        gen = torch.Generator().manual_seed(int(seed))
+        gen = torch.Generator().manual_seed(check_seed("seed", seed))
         std = init_scale / math.sqrt(d)
 
         def init(rows: int, cols: int) -> nn.Parameter:

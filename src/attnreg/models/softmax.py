@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from attnreg.core.validation import check_nonnegative
+from attnreg.core.validation import check_nonnegative, check_seed
 from attnreg.models.lsa import TokenModel, _init
 
 
@@ -39,7 +39,7 @@ class SoftmaxAttention(TokenModel):
     ) -> None:
         super().__init__(d, dy, layers, heads, recurrent, "softmax")
         self.init_scale = check_nonnegative("init_scale", init_scale)
-        self.seed = int(seed)
+        self.seed = check_seed("seed", seed)
         gen = torch.Generator().manual_seed(self.seed)
         shape = (self.n_weight_sets, heads, self.width, self.width)
         self.kq = _init(shape, init_scale, gen, dtype)
