@@ -73,7 +73,7 @@ def test_rank_warning_names_rank_and_ridge_is_silent():
 
 def test_cholesky_refuses_singular_design():
     x = np.ones((6, 3))
-    with pytest.raises(ValueError, match="not positive definite"):
+    with pytest.raises(ValueError, match="numerically singular for the Cholesky whitening"):
         whitening_matrix(torch.from_numpy(x), method="cholesky")
 
 
