@@ -10,23 +10,18 @@ from sklearn.linear_model import Ridge as SkRidge
 from typer.testing import CliRunner
 
 from attnreg.cli import app
-from attnreg.studies import compare_ols_transformer as olstf
-from attnreg.studies.compare import (
-    ROW_KEYS,
-    CompareConfig,
-    baseline_rows,
-    load_mode,
-    run,
-    train_cell,
-)
-from attnreg.studies.compare_metrics import (
+from attnreg.studies.compare import ols_transformer as olstf
+from attnreg.studies.compare.config import ROW_KEYS, CompareConfig
+from attnreg.studies.compare.metrics import (
     best_scale_distance,
     cosine,
     hat_matrix,
     inverse_covariance,
     relative_frobenius,
 )
-from attnreg.studies.compare_probe import multi_target_probe
+from attnreg.studies.compare.probe import multi_target_probe
+from attnreg.studies.compare.run import run
+from attnreg.studies.compare.train import baseline_rows, load_mode, train_cell
 
 SMALL = {
     "data_modes": ["synthetic"],

@@ -62,7 +62,7 @@ from attnreg.models import (
     TrainableLSA,
     TrainableOLSTransformer,
 )
-from attnreg.studies.icl_references import ZeroPredictor
+from attnreg.studies.icl.references import ZeroPredictor
 
 Arr = np.ndarray
 D, DY, N, M, B = 3, 2, 7, 4, 2

@@ -11,7 +11,7 @@ from attnreg.cli import app
 from attnreg.constructions import LSAStack, OLSTransformer
 from attnreg.data.tasks import von_oswald_tasks
 from attnreg.estimators import Ridge
-from attnreg.studies.explain import agreement, explain
+from attnreg.explain import agreement, explain
 from attnreg.training import generator
 
 

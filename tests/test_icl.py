@@ -13,10 +13,11 @@ from attnreg.cli import app
 from attnreg.data.tasks import TaskSampler, random_covariance, von_oswald_tasks
 from attnreg.estimators import GD
 from attnreg.models import TrainableLSA
-from attnreg.studies.icl import JSON_KEYS, ICLConfig, json_rows, run
-from attnreg.studies.icl_metrics import alignment, sensitivities
-from attnreg.studies.icl_references import line_search_eta
-from attnreg.studies.icl_train import train_one_layer_to_gd
+from attnreg.studies.icl.config import ICLConfig
+from attnreg.studies.icl.metrics import alignment, sensitivities
+from attnreg.studies.icl.references import line_search_eta
+from attnreg.studies.icl.run import JSON_KEYS, json_rows, run
+from attnreg.studies.icl.train import train_one_layer_to_gd
 from attnreg.training import generator
 
 

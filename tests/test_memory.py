@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import logsumexp, softmax
 
-from attnreg.data.patterns import flip_bits, generator, random_binary, random_sphere
+from attnreg.data.patterns import flip_bits, random_binary, random_sphere
 from attnreg.memory import (
     DenseAssociativeMemory,
     HebbianMemory,
@@ -20,6 +20,7 @@ from attnreg.memory import (
     UniversalHopfieldMemory,
     polynomial_associate,
 )
+from attnreg.training import generator
 
 TINY = 4096  # bytes: forces many key blocks
 

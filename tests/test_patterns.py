@@ -12,12 +12,12 @@ from attnreg.data.patterns import (
     corrupt,
     digits_patterns,
     flip_bits,
-    generator,
     make_patterns,
     mask_half,
     random_binary,
     random_sphere,
 )
+from attnreg.training import generator
 
 
 def test_binary_patterns_are_pm_one_and_deterministic():

@@ -8,13 +8,13 @@ from sklearn.linear_model import Ridge as SkRidge
 from typer.testing import CliRunner
 
 from attnreg.cli import app
-from attnreg.studies import verify_references as ref
-from attnreg.studies.verify import (
+from attnreg.studies.verify import references as ref
+from attnreg.studies.verify.config import VerifyConfig
+from attnreg.studies.verify.run import (
     CASES,
     SCALE_EXPONENT,
     Case,
     Check,
-    VerifyConfig,
     _compare,
     make_task,
     run,

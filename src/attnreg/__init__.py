@@ -30,7 +30,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> object:
     """Lazy exports that pull in heavier modules (scipy.optimize) only when used."""
     if name == "explain":
-        from attnreg.studies.explain import explain
+        from attnreg.explain import explain
 
         return explain
     raise AttributeError(f"module 'attnreg' has no attribute {name!r}")

@@ -7,13 +7,13 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Attach each study's command to ``app``."""
-    from attnreg.studies.verify_cli import verify_command
+    from attnreg.studies.verify.cli import verify_command
 
     app.command("verify")(verify_command)
-    from attnreg.studies.icl_cli import icl_command
+    from attnreg.studies.icl.cli import icl_command
 
     app.command("icl")(icl_command)
-    from attnreg.studies.explain_cli import explain_command
+    from attnreg.explain_cli import explain_command
 
     app.command("explain")(explain_command)
 
@@ -24,12 +24,12 @@ def register(app: typer.Typer) -> None:
     from attnreg.report.cli import report_command
 
     app.command("report")(report_command)
-    from attnreg.studies.compare_cli import compare_command
+    from attnreg.studies.compare.cli import compare_command
 
     app.command("compare")(compare_command)
     from attnreg.bench.cli import bench_command
 
     app.command("bench")(bench_command)
-    from attnreg.studies.capacity_cli import capacity_command
+    from attnreg.studies.capacity.cli import capacity_command
 
     app.command("capacity")(capacity_command)

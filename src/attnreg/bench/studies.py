@@ -1,7 +1,7 @@
 """P4–P6: the study workloads, each owned by its study and called here, never copied.
 
-* P4 calls ``attnreg.studies.icl_train.train_one_layer_to_gd(seed=…)`` for three seeds (in process);
-* P5 runs the capacity study's quick profile (``attnreg.studies.capacity.run``) in a child
+* P4 calls ``attnreg.studies.icl.train.train_one_layer_to_gd(seed=…)`` for three seeds (in process);
+* P5 runs the capacity study's quick profile (``attnreg.studies.capacity.run.run``) in a child
   process, for its wall time and its peak resident set;
 * P6 runs ``attnreg report`` (quick profile, a fresh output folder) as a child process.
 
@@ -64,7 +64,7 @@ def bench_p4(smoke: bool, threads: int, seeds: tuple[int, ...] = (0, 1, 2)) -> B
     workload += "line-searched one-step-GD loss; line search + evaluation included"
     unit = "s (median wall)"
     try:
-        fn = _lookup("attnreg.studies.icl_train", "train_one_layer_to_gd")
+        fn = _lookup("attnreg.studies.icl.train", "train_one_layer_to_gd")
     except LookupError as exc:
         return _unavailable("P4", workload, unit, P4_TARGET, str(exc))
     extra = {"eval_tasks": 200, "batch": 64, "max_steps": 20} if smoke else {}
@@ -127,7 +127,7 @@ def bench_p5(smoke: bool, threads: int, timeout: float = 900.0) -> BenchResult:
     workload += "figures included, child process"
     unit = "s (wall)"
     try:
-        _lookup("attnreg.studies.capacity", "run")
+        _lookup("attnreg.studies.capacity.run", "run")
     except LookupError as exc:
         return _unavailable("P5", workload, unit, P5_TARGET, str(exc))
     code = _CAPACITY_CHILD.format(threads=threads, smoke=_CAPACITY_SMOKE if smoke else "")

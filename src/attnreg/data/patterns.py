@@ -31,11 +31,6 @@ CORRUPTIONS = ("clean", "flips", "noise", "mask")
 DIGITS_SHAPE = (8, 8)
 
 
-def generator(seed: int) -> torch.Generator:
-    """A CPU ``torch.Generator`` seeded with ``seed`` (all pattern sampling uses one)."""
-    return torch.Generator().manual_seed(int(seed))
-
-
 def check_binary(name: str, patterns: torch.Tensor) -> torch.Tensor:
     """Require every entry of ``patterns`` to be exactly +1 or −1 (``ValueError`` naming it)."""
     bad = (patterns != 1) & (patterns != -1)

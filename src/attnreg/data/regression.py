@@ -13,7 +13,7 @@ the test rows its queries. Preprocessing uses training statistics only:
   ridge on ``φ`` is a quadratic fit, while softmax attention can express a Gaussian kernel in
   ``t`` (score ``β t* t − (β/2) t² · 1``), so the toy separates linear from kernel smoothing.
 
-The "Everything is matter" blog pipeline (see ``studies.md`` → compare) uses these three modes.
+The "Everything is matter" blog pipeline (the compare study) uses these three modes.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ class PseudoInverseMemory:
     """Regression memory: ``retrieve(q) = q S⁺ Kᵀ V`` with ``S = KᵀK + λI`` (whitened dot,
     identity separation).
 
-    The least-squares / hat-matrix reading of ``math.md``: stored keys ``K (N, d)`` map to
+    The least-squares / hat-matrix reading of regression: stored keys ``K (N, d)`` map to
     values ``V (N, dv)`` (hetero-association; ``V = K`` for auto-association). ``q S⁺ Kᵀ`` is
     the row of the hat matrix ``H = K S⁺ Kᵀ``; ``H = I_N`` exactly when ``N ≤ d`` and ``K`` has
     full row rank, so every stored value is recalled exactly: perfect-recall capacity

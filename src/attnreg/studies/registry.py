@@ -1,7 +1,7 @@
 """The studies attnreg knows, by name: their config class, profiles and runner.
 
-Each study module provides a config dataclass (every field with a default, one of them
-``seed``), a runner ``(config, out_dir) -> StudyResult`` and, optionally, ``quick_config()`` /
+Each study package provides a config dataclass (every field with a default, one of them
+``seed``), a runner ``(config, out_dir) -> StudyResult`` and ``quick_config()`` /
 ``full_config()`` for its profiles. ``explain`` is not listed: it explains a given checkpoint,
 and the icl study already explains the layers it trains. Modules are imported lazily, so a
 broken or slow study never stops the others from being listed or run.
@@ -10,23 +10,29 @@ broken or slow study never stops the others from being listed or run.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, TypeAlias
 
 from attnreg.studies.common import StudyResult
+
+if TYPE_CHECKING:  # the config modules are leaves: no cycle, and nothing heavy at run time
+    from attnreg.studies.capacity.config import CapacityConfig
+    from attnreg.studies.compare.config import CompareConfig
+    from attnreg.studies.icl.config import ICLConfig
+    from attnreg.studies.verify.config import VerifyConfig
+
+    StudyConfig: TypeAlias = VerifyConfig | CompareConfig | ICLConfig | CapacityConfig
 
 
 @dataclass(frozen=True)
 class StudySpec:
-    """Where a study lives: ``module:config_class`` and ``module:runner``, plus the overrides
-    that make its quick and full profiles from the config's defaults."""
+    """Where a study lives: ``module:config_class``, ``module:runner`` and the module's
+    ``quick_config()`` / ``full_config()``."""
 
     name: str
     module: str
     config_class: str
     runner: str = "run_study"
-    quick: dict[str, Any] = field(default_factory=dict)
-    full: dict[str, Any] = field(default_factory=dict)
     cli: str = ""
 
     def config_cls(self) -> type:
@@ -34,16 +40,14 @@ class StudySpec:
         cls: type = getattr(importlib.import_module(self.module), self.config_class)
         return cls
 
-    def profile(self, name: str = "quick") -> Any:
+    def profile(self, name: str = "quick") -> StudyConfig:
         """A config instance for the ``quick`` or ``full`` profile: the module's
-        ``quick_config()`` / ``full_config()`` if it has them, else the defaults plus overrides."""
-        module = importlib.import_module(self.module)
-        factory = getattr(module, f"{name}_config", None)
-        if callable(factory):
-            return factory()
-        return replace(self.config_cls()(), **(self.quick if name == "quick" else self.full))
+        ``quick_config()`` / ``full_config()`` (another name: the config's defaults)."""
+        factory = getattr(importlib.import_module(self.module), f"{name}_config", None)
+        config: StudyConfig = factory() if callable(factory) else self.config_cls()()
+        return config
 
-    def run(self, config: Any, out_dir: str | None = None) -> StudyResult:
+    def run(self, config: StudyConfig, out_dir: str | None = None) -> StudyResult:
         """Run the study with ``config``, saving figures into ``out_dir``."""
         fn = getattr(importlib.import_module(self.module), self.runner)
         result = fn(config, out_dir)

@@ -15,14 +15,9 @@ from rich.table import Table
 
 from attnreg.config import config_from_dict
 from attnreg.output import rows_to_json
-from attnreg.studies.capacity import (
-    CapacityConfig,
-    full_config,
-    json_rows,
-    quick_config,
-    run,
-    task_count,
-)
+from attnreg.studies.capacity.config import CapacityConfig, full_config, quick_config
+from attnreg.studies.capacity.run import json_rows, run
+from attnreg.studies.capacity.sweeps import task_count
 from attnreg.studies.common import StudyResult
 
 

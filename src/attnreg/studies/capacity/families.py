@@ -2,7 +2,7 @@
 
 A *family* stores ``N`` patterns of dimension ``d`` drawn afresh from a seeded generator, sends
 ``M`` queries (corrupted copies of uniformly chosen stored patterns), and returns the fraction
-recalled. Criteria (``studies.md`` → capacity):
+recalled. Criteria:
 
 * ±1 patterns — exact recall: the sign of the retrieval equals the stored pattern in every
   coordinate (a tie, ``sign = 0``, is a failure). The Hebbian family at 10 % flips counts a
@@ -27,7 +27,6 @@ from attnreg.data.patterns import (
     add_noise,
     digits_patterns,
     flip_bits,
-    generator,
     mask_half,
     random_binary,
     random_sphere,
@@ -40,6 +39,7 @@ from attnreg.memory import (
     UniversalHopfieldMemory,
     dam_capacity_theory,
 )
+from attnreg.training import generator
 
 SuccessFn = Callable[[int, int, torch.Generator], float]
 PINV_TOLERANCE = 1e-6

@@ -17,7 +17,8 @@ import torch
 from attnreg.core.attention import SEPARATIONS
 from attnreg.memory import GRID_SIMILARITIES
 from attnreg.output import save_figure
-from attnreg.studies.capacity_families import DIGITS_PANEL_CELLS
+from attnreg.studies.capacity.config import CapacityConfig
+from attnreg.studies.capacity.families import DIGITS_PANEL_CELLS
 from attnreg.studies.common import FigureRecord
 
 
@@ -185,7 +186,10 @@ def digits_panel_figure(panel: dict[str, torch.Tensor]) -> plt.Figure:
 
 
 def make_figures(
-    rows: list[dict[str, Any]], panel: dict[str, torch.Tensor], config: Any, out_dir: str | Path
+    rows: list[dict[str, Any]],
+    panel: dict[str, torch.Tensor],
+    config: CapacityConfig,
+    out_dir: str | Path,
 ) -> list[FigureRecord]:
     """Save the three figures (PNG + SVG) into ``out_dir``; return their records."""
     profile = f"seed {config.seed}, {config.seeds} seeds, eps = {config.epsilon:g}"

@@ -1,7 +1,7 @@
 """The capacity curves computed in worker processes, one ``(family, d)`` cell per task.
 
 Every evaluation of the search draws its patterns from a generator seeded by
-``(seed, family, d, N)`` (:mod:`attnreg.studies.capacity_families`), so a cell's ``N_max`` does
+``(seed, family, d, N)`` (:mod:`attnreg.studies.capacity.families`), so a cell's ``N_max`` does
 not depend on which process computes it or in which order: the rows equal the serial ones.
 Workers rebuild the families from the config (their success functions are closures, which do
 not pickle) and run single-threaded, so ``workers`` processes use ``workers`` cores.
@@ -17,7 +17,8 @@ from typing import Any
 
 from attnreg.core.threads import torch_threads
 from attnreg.core.whitening import ConditioningWarning, RankWarning
-from attnreg.studies.capacity import CapacityConfig, Progress, capacity_row, families
+from attnreg.studies.capacity.config import CapacityConfig
+from attnreg.studies.capacity.sweeps import Progress, capacity_row, families
 
 
 def _cell(config: dict[str, Any], index: int, d: int) -> dict[str, Any]:

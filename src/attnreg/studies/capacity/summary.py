@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from attnreg.studies.capacity_families import HEBBIAN_ALPHA
+from attnreg.studies.capacity.config import CapacityConfig
+from attnreg.studies.capacity.families import HEBBIAN_ALPHA
 
 STRONG = ("power", "softmax", "max")
 
@@ -159,7 +160,7 @@ def summarize_digits(rows: list[dict[str, Any]]) -> dict[str, str]:
     }
 
 
-def summarize(rows: list[dict[str, Any]], config: Any) -> dict[str, str]:
+def summarize(rows: list[dict[str, Any]], config: CapacityConfig) -> dict[str, str]:
     """Every Done-when claim of the capacity study, answered with the measured numbers."""
     out = {
         "pseudo-inverse memory: exact for N <= d, not for N > d": summarize_pinv(rows),

@@ -13,7 +13,8 @@ from rich.table import Table
 
 from attnreg.config import config_from_dict, config_to_dict
 from attnreg.output import rows_to_json
-from attnreg.studies.compare import CompareConfig, full_config, quick_config, run
+from attnreg.studies.compare.config import CompareConfig, full_config, quick_config
+from attnreg.studies.compare.run import run
 
 
 def compare_command(

@@ -2,7 +2,7 @@
 
 All inputs are torch tensors (any float dtype); every function returns a Python float.
 Sources: Goulet Coulombe (arXiv 2504.09663) for the hat-matrix reading of attention; the
-"Everything is matter" blog pipeline (``studies.md`` → compare) for the metric set.
+"Everything is matter" blog pipeline for the metric set.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def best_scale_distance(
 ) -> tuple[float, torch.Tensor]:
     """Relative distance after the best scale: ``s* = ⟨A, A_c⟩ / ‖A‖²`` and
     ``‖s* A − A_c‖_F / ‖A_c‖_F``; returns ``(distance, s*)``. This removes the one symmetry
-    ``(s·W_Q W_Kᵀ, W_V W_P / s)`` of a linear attention layer (``math.md``)."""
+    ``(s·W_Q W_Kᵀ, W_V W_P / s)`` of a linear attention layer, whose output
+    ``X* (W_Q W_Kᵀ) Xᵀ · Y (W_V W_P)`` depends on the two products only."""
     a, c = learned.detach().double(), constructed.detach().double()
     s = (a * c).sum() / (a * a).sum().clamp_min(torch.finfo(a.dtype).tiny)
     return float((s * a - c).norm() / c.norm()), s

@@ -38,7 +38,9 @@ from attnreg.data.regression import RegressionData, simple_linear
 from attnreg.models.regressors import TrainableOLSTransformer
 from attnreg.output import save_figure, write_csv
 from attnreg.studies.common import FigureRecord
-from attnreg.studies.compare_metrics import best_scale_distance, mse
+from attnreg.studies.compare.config import CompareConfig
+from attnreg.studies.compare.metrics import best_scale_distance, mse
+from attnreg.studies.compare.train import load_mode
 from attnreg.training import PlateauWarning, TrainConfig, train
 
 SHIFTS = ("mean", "scale", "covariance")
@@ -135,13 +137,12 @@ def train_one(
     return model, curve, ref
 
 
-def run(config: Any) -> OLSTransformerResult:
+def run(config: CompareConfig) -> OLSTransformerResult:
     """Train on ``y = 2x + ε`` and on the synthetic mode, then measure the shift sensitivity.
 
-    ``config`` is a :class:`attnreg.studies.compare.CompareConfig` (``ols_steps``, ``ols_lr``,
-    ``shift_magnitudes``, the synthetic sizes, and the first seed are used).
+    ``config``: the compare study's settings (``ols_steps``, ``ols_lr``, ``shift_magnitudes``,
+    the synthetic sizes, and the first seed are used).
     """
-    from attnreg.studies.compare import load_mode
 
     seed = config.seed
     result = OLSTransformerResult()

@@ -14,19 +14,20 @@ stop; the best validation state is kept) and reports the correlation of the effe
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
 from attnreg.data.regression import RegressionData
+from attnreg.studies.compare.config import CompareConfig
+from attnreg.studies.compare.train import baseline_rows, load_mode, train_cell
 
 
-def multi_target_probe(config: Any, targets_per_feature: int = 2) -> dict[str, dict[str, float]]:
+def multi_target_probe(
+    config: CompareConfig, targets_per_feature: int = 2
+) -> dict[str, dict[str, float]]:
     """``{"<qk>, whitening=<bool>": {"corr": cos(W_q W_kᵀ, S⁻¹), "test_mse_ratio": test MSE /
     ridge's, "targets": k}}`` for the regression-like attention trained on
     ``k = targets_per_feature · d`` synthetic targets."""
-    from attnreg.studies.compare import baseline_rows, load_mode, train_cell
-
     seed = config.seed
     data = load_mode(config, "synthetic", seed)
     rng = np.random.default_rng(seed + 7)

@@ -10,6 +10,9 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from attnreg.studies.compare.config import CompareConfig
+from attnreg.studies.compare.ols_transformer import OLSTransformerResult
+
 Row = dict[str, Any]
 
 
@@ -44,7 +47,7 @@ def _corr(rows: list[Row], **match: Any) -> float:
     return _mean(rows, "wqwk_invcov_corr", **match)
 
 
-def _vs_ridge(rows: list[Row], cfg: Any) -> str:
+def _vs_ridge(rows: list[Row], cfg: CompareConfig) -> str:
     ridge = _mean(rows, "test_mse", data="synthetic", variant="ridge")
     parts = []
     for variant, white, label in (
@@ -67,7 +70,7 @@ def _vs_ridge(rows: list[Row], cfg: Any) -> str:
     return f"ridge test MSE {ridge:.4f}; trained, layer norm off: " + "; ".join(parts)
 
 
-def _inverse_covariance(rows: list[Row], cfg: Any) -> str:
+def _inverse_covariance(rows: list[Row], cfg: CompareConfig) -> str:
     lines = []
     for mode in cfg.data_modes:
         vals = ", ".join(
@@ -93,7 +96,7 @@ def _inverse_covariance(rows: list[Row], cfg: Any) -> str:
     )
 
 
-def _whitening_effect(rows: list[Row], cfg: Any) -> str:
+def _whitening_effect(rows: list[Row], cfg: CompareConfig) -> str:
     parts = []
     for variant in cfg.variants:
         num, den = {"variant": variant, "whitening": True}, {"variant": variant, "whitening": False}
@@ -111,10 +114,10 @@ def _whitening_effect(rows: list[Row], cfg: Any) -> str:
     )
 
 
-def _single_vs_factors(rows: list[Row], cfg: Any) -> str:
+def _single_vs_factors(rows: list[Row], cfg: CompareConfig) -> str:
     parts = []
     for mode in cfg.data_modes:
-        pool = {
+        pool: dict[str, list[Any]] = {
             "variant": list(cfg.variants),
             "whitening": list(cfg.whitening),
             "layernorm": [False],
@@ -132,7 +135,7 @@ def _single_vs_factors(rows: list[Row], cfg: Any) -> str:
     )
 
 
-def _layernorm_vs_whitening(rows: list[Row], cfg: Any) -> str:
+def _layernorm_vs_whitening(rows: list[Row], cfg: CompareConfig) -> str:
     parts = []
     for mode in cfg.data_modes:
         pool = {"variant": list(cfg.variants), "qk": list(cfg.qk), "data": [mode]}
@@ -148,7 +151,7 @@ def _layernorm_vs_whitening(rows: list[Row], cfg: Any) -> str:
     )
 
 
-def _shift_text(ols_tf: Any) -> str:
+def _shift_text(ols_tf: OLSTransformerResult) -> str:
     def short(model: str) -> str:
         return "refit" if "refit" in model else model.split(" ")[0]
 
@@ -174,8 +177,8 @@ def summarise(
     rows: list[Row],
     training: list[Row],
     sklearn_gap: float,
-    ols_tf: Any,
-    cfg: Any,
+    ols_tf: OLSTransformerResult | None,
+    cfg: CompareConfig,
     probe: dict[str, dict[str, float]] | None = None,
 ) -> dict[str, str]:
     """Answers (sentences with numbers) keyed by question; see the module docstring."""

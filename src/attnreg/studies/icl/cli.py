@@ -11,7 +11,8 @@ from rich.table import Table
 
 from attnreg.config import config_from_dict, load_config
 from attnreg.output import rows_to_json
-from attnreg.studies.icl import MODEL_SPECS, ICLConfig, full_config, json_rows, run
+from attnreg.studies.icl.config import MODEL_SPECS, ICLConfig, full_config
+from attnreg.studies.icl.run import json_rows, run
 
 
 def _fmt(value: object) -> str:

@@ -13,6 +13,8 @@ from attnreg.estimators import optimal_preconditioner
 from attnreg.models import TrainableLSA, gd_products
 from attnreg.output import save_figure
 from attnreg.studies.common import FigureRecord
+from attnreg.studies.icl.config import MODEL_SPECS, ICLConfig
+from attnreg.studies.icl.train import make_sampler
 
 
 def _smooth(values: list[float], width: int) -> np.ndarray:
@@ -24,7 +26,7 @@ def _smooth(values: list[float], width: int) -> np.ndarray:
 
 
 def make_figures(
-    cfg: Any,
+    cfg: ICLConfig,
     out: Path,
     rows: list[dict[str, Any]],
     models: dict[str, Any],
@@ -33,8 +35,6 @@ def make_figures(
     refs: dict[str, dict[str, Any]],
 ) -> list[FigureRecord]:
     """Training curves, alignment curves, loss against N, weight heatmaps, OOD curves."""
-    from attnreg.studies.icl import MODEL_SPECS
-
     figs: list[FigureRecord] = []
     fig_dir = out / "figures"
     caption_cfg = f"(attnreg icl, seed {cfg.seed}, steps {cfg.steps}/{cfg.deep_steps})"
@@ -138,8 +138,6 @@ def make_figures(
         ]
     gauss = models.get("lsa-1-gaussian")
     if isinstance(gauss, TrainableLSA) and "gaussian" in refs:
-        from attnreg.studies.icl import make_sampler
-
         d = gauss.d
         kq, pv = gauss.key_query(0)[0].detach(), gauss.value_projection(0)[0].detach()
         effective = -pv[d:, d:].mean() * kq[:d, :d]  # the Γ the layer applies (η = 1)

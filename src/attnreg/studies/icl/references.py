@@ -6,7 +6,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -14,10 +14,8 @@ from attnreg.core.validation import check_tasks
 from attnreg.core.whitening import ConditioningWarning, RankWarning
 from attnreg.data.tasks import Tasks, TaskSampler, query_loss
 from attnreg.estimators import GD, OLS, PreconditionedGD, Predictor, Ridge, optimal_preconditioner
-from attnreg.studies.explain import fit_family
-
-if TYPE_CHECKING:
-    from attnreg.studies.icl import ModelSpec
+from attnreg.explain import fit_family
+from attnreg.studies.icl.config import ModelSpec
 
 
 @dataclass

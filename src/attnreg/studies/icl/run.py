@@ -17,7 +17,7 @@ zero predictor.
 
 Per trained model (the ``--json`` objects): ``test_loss`` / ``reference_loss`` on the same
 evaluation tasks; ``cos_sensitivity``, ``model_diff``, ``pred_diff`` against the reference
-(:mod:`attnreg.studies.icl_metrics`); ``learned_eta`` read from the scale-normalised weights of
+(:mod:`attnreg.studies.icl.metrics`); ``learned_eta`` read from the scale-normalised weights of
 one-layer LSA models (``None`` otherwise) and the reference's ``reference_eta``; ``plateau``:
 ``None`` if training showed no loss plateau, else a sentence saying where and whether the run
 escaped it or ended stuck on it (:func:`attnreg.training.find_plateaus`).
@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,20 +35,20 @@ import torch
 
 from attnreg.constructions import OLSTransformer
 from attnreg.core.threads import torch_threads
-from attnreg.core.validation import check_choice, check_positive_int
 from attnreg.data.tasks import Tasks, TaskSampler
+from attnreg.explain import explain
 from attnreg.models import TokenModel, TrainableLSA, save_model
 from attnreg.studies.common import StudyResult
-from attnreg.studies.explain import explain
-from attnreg.studies.icl_metrics import alignment
-from attnreg.studies.icl_references import (
+from attnreg.studies.icl.config import MODEL_SPECS, ICLConfig, config_dict
+from attnreg.studies.icl.metrics import alignment
+from attnreg.studies.icl.references import (
     Reference,
     eval_loss,
     fit_references,
     references_for,
 )
-from attnreg.studies.icl_sweeps import context_sweep, ood_sweep
-from attnreg.studies.icl_train import (
+from attnreg.studies.icl.sweeps import context_sweep, ood_sweep
+from attnreg.studies.icl.train import (
     build_model,
     interpolation_loss,
     make_sampler,
@@ -75,113 +74,6 @@ JSON_KEYS = (
 )
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    """A trained model of the study: architecture, task distribution and its reference."""
-
-    kind: str  # "lsa" | "softmax"
-    layers: int = 1
-    heads: int = 1
-    recurrent: bool = False
-    variant: str = "full"
-    tasks: str = "uniform"  # "uniform" (von Oswald) | "gaussian" (Ahn et al.)
-    reference: str = "GD"
-    long: bool = False  # trained for ``deep_steps``
-
-
-MODEL_SPECS: dict[str, ModelSpec] = {
-    "lsa-1": ModelSpec("lsa"),
-    "lsa-1-2heads": ModelSpec("lsa", heads=2),
-    "lsa-1-factored": ModelSpec("lsa", variant="factored"),
-    "lsa-2-recurrent-gdpp": ModelSpec(
-        "lsa", layers=2, recurrent=True, variant="gdpp", reference="GD++ x2", long=True
-    ),
-    "lsa-2-deep": ModelSpec("lsa", layers=2, reference="GD++ x2", long=True),
-    "lsa-2-deep-gdpp": ModelSpec("lsa", layers=2, variant="gdpp", reference="GD++ x2", long=True),
-    "lsa-3-recurrent-gdpp": ModelSpec(
-        "lsa", layers=3, recurrent=True, variant="gdpp", reference="GD++ x3", long=True
-    ),
-    "lsa-1-gaussian": ModelSpec("lsa", tasks="gaussian", reference="preconditioned GD (optimal)"),
-    "softmax-2heads": ModelSpec("softmax", heads=2),
-}
-
-
-@dataclass
-class ICLConfig:
-    """``attnreg icl`` settings (every field has a default: the quick profile)."""
-
-    seed: int = 0
-    d: int = 10
-    n_ctx: int = 10
-    eval_tasks: int = 10000
-    fit_tasks: int = 10000
-    batch: int = 2048
-    lr: float = 1e-2
-    schedule: str = "cosine"
-    clip: float = 10.0
-    init_scale: float = 0.05
-    steps: int = 1500
-    deep_steps: int = 3000
-    eval_every: int = 100
-    models: list[str] = field(
-        default_factory=lambda: [
-            "lsa-1",
-            "lsa-1-2heads",
-            "lsa-2-recurrent-gdpp",
-            "lsa-1-gaussian",
-            "softmax-2heads",
-        ]
-    )
-    gaussian_condition: float = 10.0
-    sweep_noise: float = 0.25
-    sweep_tasks: int = 2000
-    input_scales: list[float] = field(default_factory=lambda: [0.5, 1.0, 1.5, 2.0])
-    teacher_scales: list[float] = field(default_factory=lambda: [0.5, 1.0, 2.0, 5.0])
-    alignment_tasks: int = 1000
-    explain_tasks: int = 2000
-    threads: int = 1
-    device: str = "cpu"
-    progress: bool = False
-
-    def __post_init__(self) -> None:
-        for name in (
-            "d",
-            "n_ctx",
-            "eval_tasks",
-            "fit_tasks",
-            "batch",
-            "steps",
-            "deep_steps",
-            "threads",
-            "sweep_tasks",
-            "alignment_tasks",
-            "explain_tasks",
-        ):
-            check_positive_int(name, getattr(self, name))
-        for name in self.models:
-            check_choice("models", name, MODEL_SPECS)
-
-
-def quick_config(**changes: Any) -> ICLConfig:
-    """The quick profile (a few minutes on 2 cores)."""
-    return ICLConfig(**changes)
-
-
-def full_config(**changes: Any) -> ICLConfig:
-    """The full profile: every model, longer training, more evaluation tasks for the sweeps."""
-    base: dict[str, Any] = {
-        "steps": 5000,
-        "deep_steps": 10000,
-        "lr": 3e-3,
-        "models": list(MODEL_SPECS),
-        "sweep_tasks": 10000,
-        "input_scales": [0.5, 0.75, 1.0, 1.25, 1.5, 2.0],
-        "teacher_scales": [0.5, 1.0, 2.0, 3.0, 5.0],
-    }
-    base.update(changes)
-    return ICLConfig(**base)
-
-
 # ---------------------------------------------------------------------------------------------
 # the study
 
@@ -197,7 +89,7 @@ def run(cfg: ICLConfig | None = None, out_dir: str | Path | None = None) -> Stud
 
 
 def _run(cfg: ICLConfig, out: Path | None) -> StudyResult:
-    from attnreg.studies import icl_figures
+    from attnreg.studies.icl.figures import make_figures  # matplotlib: only when run
 
     t_start = time.perf_counter()
     specs = {name: MODEL_SPECS[name] for name in cfg.models}
@@ -338,7 +230,7 @@ def _run(cfg: ICLConfig, out: Path | None) -> StudyResult:
             )
     figures = []
     if out is not None:
-        figures = icl_figures.make_figures(cfg, out, rows, models, results, histories, refs)
+        figures = make_figures(cfg, out, rows, models, results, histories, refs)
     summary["wall time"] = f"{time.perf_counter() - t_start:.1f} s ({cfg.threads} thread(s))"
     return StudyResult("icl", config_dict(cfg), rows, figures, summary)
 
@@ -399,8 +291,3 @@ def _headline(
 def json_rows(result: StudyResult) -> list[dict[str, Any]]:
     """The ``--json`` view: one object per trained model with exactly :data:`JSON_KEYS`."""
     return [{k: r.get(k) for k in JSON_KEYS} for r in result.rows if r.get("kind") == "model"]
-
-
-def config_dict(cfg: ICLConfig) -> dict[str, Any]:
-    """The config as a plain dict."""
-    return asdict(cfg)

@@ -3,18 +3,16 @@ and out-of-distribution input / teacher scales (von Oswald et al. 2023)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from attnreg.estimators import OLS, Ridge
 from attnreg.models import TokenModel
-from attnreg.studies.icl_references import Reference, ZeroPredictor, eval_loss
-from attnreg.studies.icl_train import make_sampler, model_fn
+from attnreg.studies.icl.config import ICLConfig, ModelSpec
+from attnreg.studies.icl.references import Reference, ZeroPredictor, eval_loss
+from attnreg.studies.icl.train import make_sampler, model_fn
 from attnreg.training import generator
-
-if TYPE_CHECKING:
-    from attnreg.studies.icl import ICLConfig, ModelSpec
 
 
 def context_sweep(

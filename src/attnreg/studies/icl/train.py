@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -15,12 +15,10 @@ from attnreg.core.validation import check_positive_int
 from attnreg.data.tasks import Tasks, TaskSampler, query_loss, random_covariance
 from attnreg.estimators import GD, optimal_preconditioner
 from attnreg.models import SoftmaxAttention, TokenModel, TrainableLSA, gd_products
-from attnreg.studies.icl_metrics import alignment
-from attnreg.studies.icl_references import Reference, eval_loss, line_search_eta
+from attnreg.studies.icl.config import ICLConfig, ModelSpec
+from attnreg.studies.icl.metrics import alignment
+from attnreg.studies.icl.references import Reference, eval_loss, line_search_eta
 from attnreg.training import TrainConfig, TrainResult, generator, train
-
-if TYPE_CHECKING:
-    from attnreg.studies.icl import ICLConfig, ModelSpec
 
 
 def make_sampler(cfg: ICLConfig, kind: str) -> TaskSampler:
@@ -129,7 +127,7 @@ def train_one_layer_to_gd(
     eval_every: int = 10,
     threads: int | None = 1,
 ) -> dict[str, Any]:
-    """Performance target P4 (``quality.md``), end to end: sample 10,000 evaluation tasks of the
+    """Performance target P4 (``attnreg bench``), end to end: sample 10,000 evaluation tasks of the
     von Oswald setup, line-search the one-step-GD η (exactly, on 10,000 separate tasks), and
     train a one-layer LSA (identifiable products ``KQ``, ``PV``; Adam lr 3e-2, batch 2048,
     float32) until its evaluation loss is within ``target ×`` the GD loss on the same tasks.

@@ -7,7 +7,8 @@ from rich.console import Console
 from rich.table import Table
 
 from attnreg.output import rows_to_json
-from attnreg.studies.verify import DTYPES, VerifyConfig, run
+from attnreg.studies.verify.config import DTYPES, VerifyConfig
+from attnreg.studies.verify.run import run
 
 
 def verify_command(

@@ -6,7 +6,7 @@ For every construction — the OLS-Transformer of Tan & Zhao (``W_Q = W_K = W_V 
 2023; GD++ and the preconditioned step of Ahn et al. 2023) and the mesa layer (causal ridge by
 recursive least squares) — build the transformer module from task data, run its forward pass,
 and compare with an independent numpy / scikit-learn reference
-(:mod:`attnreg.studies.verify_references`) on the same (dtype-rounded) data.
+(:mod:`attnreg.studies.verify.references`) on the same (dtype-rounded) data.
 
 Task shapes (:data:`CASES`): random designs with ``N > d``, ``N = d``, ``N < d`` (rank N), several
 targets, a batch, an ill-conditioned design; and the degenerate designs users have — an all-zero
@@ -22,7 +22,7 @@ References. Rank-deficient designs: the minimum-norm least-squares answer
 (``numpy.linalg.lstsq``, i.e. the pseudo-inverse) and scikit-learn ``Ridge`` for ridge rows.
 Extreme scales use scale equivariance: ``ŷ(aX, bY, aX*) = b ŷ(X, Y, X*)`` and, with ridge,
 ``ŷ(aX, bY, aX*; λ) = b ŷ(X, Y, X*; λ/a²)``. The reference is ``b`` times the reference on the
-unscaled data with ridge ``λ/a² = 2^(−2k) λ`` (:func:`~attnreg.studies.verify_references.
+unscaled data with ridge ``λ/a² = 2^(−2k) λ`` (:func:`~attnreg.studies.verify.references.
 ridge_at_scale`). For ``k = +664`` that is 0 in float64 (ridge becomes least squares; in float32,
 ``2⁻¹⁶⁶ λ`` is kept). For ``k = −664`` it overflows: ridge then dominates, the answer is
 ``b a²/λ · X*XᵀY`` to first order, below ``2⁻¹⁰⁷⁴``, and the reference is its limit 0. On both tiny
@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -69,13 +69,12 @@ import torch
 
 from attnreg.constructions import LSAStack, MesaLayer, OLSAttention, OLSTransformer
 from attnreg.core.threads import torch_threads
-from attnreg.core.validation import check_choice, check_positive
 from attnreg.core.whitening import ConditioningWarning, RankWarning
-from attnreg.studies import verify_references as ref
 from attnreg.studies.common import FigureRecord, StudyResult
+from attnreg.studies.verify import references as ref
+from attnreg.studies.verify.config import DTYPES, VerifyConfig, check_config, config_dict
 
 BASE_TOL = {"float64": 1e-10, "float32": 1e-4}
-DTYPES = {"float64": torch.float64, "float32": torch.float32}
 NP_DTYPES: dict[str, type[np.floating[Any]]] = {"float64": np.float64, "float32": np.float32}
 SCALE_EXPONENT = {"float64": 664, "float32": 83}
 """``k`` of the extreme-scale shapes: ``(2^k)²`` overflows the dtype and ``(2^-k)²`` underflows it
@@ -83,18 +82,6 @@ SCALE_EXPONENT = {"float64": 664, "float32": 83}
 ``2^-166 < 2^-149``)."""
 GRID = 2.0**-10
 """Spacing of the collinear shape's data: sums of a few such numbers are exact in float32."""
-
-
-@dataclass
-class VerifyConfig:
-    """``attnreg verify`` settings: seed, dtypes, ridge λ and mesa λ, and a tolerance scale."""
-
-    seed: int = 0
-    dtypes: list[str] = field(default_factory=lambda: ["float64", "float32"])
-    ridge: float = 0.5
-    mesa_lambda: float = 1.0
-    queries: int = 10
-    tol_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -348,9 +335,7 @@ def _scale_for_gd(x: np.ndarray) -> float:
 def run(cfg: VerifyConfig | None = None) -> list[dict[str, Any]]:
     """Run every construction on every case and dtype; one row per (construction, case, dtype)."""
     cfg = cfg or VerifyConfig()
-    check_positive("tol_scale", cfg.tol_scale)
-    for dtype in cfg.dtypes:
-        check_choice("dtype", dtype, DTYPES)
+    check_config(cfg)
     rows: list[dict[str, Any]] = []
     with torch_threads(1):  # hundreds of tiny layers: intra-op threads only synchronise
         for dtype in cfg.dtypes:
@@ -418,11 +403,6 @@ def _compare(
         "tol": tol,
         "passed": bool(rel <= tol),
     }
-
-
-def config_dict(cfg: VerifyConfig) -> dict[str, Any]:
-    """The config as a plain dict (for stored results and captions)."""
-    return asdict(cfg)
 
 
 def run_study(cfg: VerifyConfig | None = None, out_dir: str | None = None) -> StudyResult:

@@ -1,0 +1,93 @@
+"""The ``capacity`` study's settings: the config dataclass, its quick and full profiles and
+its validation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from attnreg.core.validation import check_choice, check_positive, check_positive_int
+
+
+@dataclass
+class CapacityConfig:
+    """Settings of ``attnreg capacity`` (defaults: the quick profile). ``workers``: processes
+    for the ``N_max(d)`` curves (0: one per torch intra-op thread, so a report cell given one
+    thread stays in its process); the numbers do not depend on it."""
+
+    seed: int = 0
+    seeds: int = 3
+    epsilon: float = 0.01
+    queries: int = 500
+    device: str = "cpu"
+    pinv_d: list[int] = field(default_factory=lambda: [8, 16, 32, 64, 128])
+    hebbian_d: list[int] = field(default_factory=lambda: [100, 200, 400])
+    hebbian_flip_fraction: float = 0.1
+    hebbian_bit_tolerance: float = 0.05
+    hebbian_epsilons: list[float] = field(default_factory=lambda: [0.01, 0.1, 0.5])
+    hebbian_dynamics: str = "synchronous"
+    dam2_d: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512])
+    dam3_d: list[int] = field(default_factory=lambda: [16, 32, 48, 64, 96])
+    dam4_d: list[int] = field(default_factory=lambda: [16, 24, 32, 48, 64])
+    softmax_d: list[int] = field(default_factory=lambda: [8, 10, 12, 14, 16, 18, 20, 22, 24])
+    softmax_beta: float = 1.0
+    softmax_flips: int = 1
+    sphere_d: list[int] = field(default_factory=lambda: [8, 12, 16, 20])
+    sphere_sigma: float = 0.1
+    sphere_tolerance: float = 0.01
+    grid_beta: float = 100.0
+    grid_power: int = 3
+    grid_random_d: int = 24
+    grid_random_flip_fraction: float = 0.1
+    digits_n: list[int] = field(default_factory=lambda: [100, 1000])
+    digits_sigma: float = 0.3
+    digits_tolerance: float = 0.02
+    n_limit: int = 2**22
+    workers: int = 0
+
+
+def quick_config() -> CapacityConfig:
+    """The ``--quick`` profile (the defaults): the P5 workload of ``attnreg bench``, ≤ 120 s on
+    2 cores."""
+    return CapacityConfig()
+
+
+def full_config() -> CapacityConfig:
+    """The ``--full`` profile: more seeds and queries, larger d for every family."""
+    return CapacityConfig(
+        seeds=5,
+        queries=1000,
+        pinv_d=[8, 16, 32, 64, 128, 256],
+        hebbian_d=[100, 200, 400, 800],
+        dam2_d=[32, 64, 128, 256, 512, 1024],
+        dam3_d=[16, 32, 48, 64, 96, 128],
+        dam4_d=[16, 24, 32, 48, 64, 96],
+        softmax_d=[8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32],
+        sphere_d=[8, 12, 16, 20, 24],
+        grid_random_d=32,
+        digits_n=[100, 300, 1000, 1797],
+    )
+
+
+def check_config(config: CapacityConfig) -> None:
+    """Reject invalid settings with a ``ValueError`` naming the field."""
+    check_positive_int("seeds", config.seeds)
+    check_positive_int("queries", config.queries)
+    check_positive_int("n_limit", config.n_limit)
+    workers = config.workers
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise ValueError(f"workers: must be an integer >= 0 (0: automatic), got {workers!r}")
+    check_positive_int("grid_power", config.grid_power)
+    check_positive_int("softmax_flips", config.softmax_flips)
+    check_positive_int("grid_random_d", config.grid_random_d)
+    for name in ("softmax_beta", "grid_beta", "sphere_tolerance", "digits_tolerance"):
+        check_positive(name, getattr(config, name))
+    for eps in [config.epsilon, *config.hebbian_epsilons]:
+        if not 0 < eps < 1:
+            raise ValueError(f"epsilon: must lie in (0, 1), got {eps}")
+    check_choice("hebbian_dynamics", config.hebbian_dynamics, ("synchronous", "asynchronous"))
+    for name in ("pinv_d", "hebbian_d", "dam2_d", "dam3_d", "dam4_d", "softmax_d", "sphere_d"):
+        for d in getattr(config, name):
+            check_positive_int(name, d)
+    for n in config.digits_n:
+        if not 1 <= n <= 1797:
+            raise ValueError(f"digits_n: every N must lie in 1..1797, got {n}")

@@ -1,0 +1,121 @@
+"""The ``icl`` study's settings: the models it can train (:data:`MODEL_SPECS`), the config
+dataclass and its quick and full profiles (von Oswald et al. 2023; Ahn et al. 2023)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from attnreg.core.validation import check_choice, check_positive_int
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A trained model of the study: architecture, task distribution and its reference."""
+
+    kind: str  # "lsa" | "softmax"
+    layers: int = 1
+    heads: int = 1
+    recurrent: bool = False
+    variant: str = "full"
+    tasks: str = "uniform"  # "uniform" (von Oswald) | "gaussian" (Ahn et al.)
+    reference: str = "GD"
+    long: bool = False  # trained for ``deep_steps``
+
+
+MODEL_SPECS: dict[str, ModelSpec] = {
+    "lsa-1": ModelSpec("lsa"),
+    "lsa-1-2heads": ModelSpec("lsa", heads=2),
+    "lsa-1-factored": ModelSpec("lsa", variant="factored"),
+    "lsa-2-recurrent-gdpp": ModelSpec(
+        "lsa", layers=2, recurrent=True, variant="gdpp", reference="GD++ x2", long=True
+    ),
+    "lsa-2-deep": ModelSpec("lsa", layers=2, reference="GD++ x2", long=True),
+    "lsa-2-deep-gdpp": ModelSpec("lsa", layers=2, variant="gdpp", reference="GD++ x2", long=True),
+    "lsa-3-recurrent-gdpp": ModelSpec(
+        "lsa", layers=3, recurrent=True, variant="gdpp", reference="GD++ x3", long=True
+    ),
+    "lsa-1-gaussian": ModelSpec("lsa", tasks="gaussian", reference="preconditioned GD (optimal)"),
+    "softmax-2heads": ModelSpec("softmax", heads=2),
+}
+
+
+@dataclass
+class ICLConfig:
+    """``attnreg icl`` settings (every field has a default: the quick profile)."""
+
+    seed: int = 0
+    d: int = 10
+    n_ctx: int = 10
+    eval_tasks: int = 10000
+    fit_tasks: int = 10000
+    batch: int = 2048
+    lr: float = 1e-2
+    schedule: str = "cosine"
+    clip: float = 10.0
+    init_scale: float = 0.05
+    steps: int = 1500
+    deep_steps: int = 3000
+    eval_every: int = 100
+    models: list[str] = field(
+        default_factory=lambda: [
+            "lsa-1",
+            "lsa-1-2heads",
+            "lsa-2-recurrent-gdpp",
+            "lsa-1-gaussian",
+            "softmax-2heads",
+        ]
+    )
+    gaussian_condition: float = 10.0
+    sweep_noise: float = 0.25
+    sweep_tasks: int = 2000
+    input_scales: list[float] = field(default_factory=lambda: [0.5, 1.0, 1.5, 2.0])
+    teacher_scales: list[float] = field(default_factory=lambda: [0.5, 1.0, 2.0, 5.0])
+    alignment_tasks: int = 1000
+    explain_tasks: int = 2000
+    threads: int = 1
+    device: str = "cpu"
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        for name in (
+            "d",
+            "n_ctx",
+            "eval_tasks",
+            "fit_tasks",
+            "batch",
+            "steps",
+            "deep_steps",
+            "threads",
+            "sweep_tasks",
+            "alignment_tasks",
+            "explain_tasks",
+        ):
+            check_positive_int(name, getattr(self, name))
+        for name in self.models:
+            check_choice("models", name, MODEL_SPECS)
+
+
+def quick_config(**changes: Any) -> ICLConfig:
+    """The quick profile (a few minutes on 2 cores)."""
+    return ICLConfig(**changes)
+
+
+def full_config(**changes: Any) -> ICLConfig:
+    """The full profile: every model, longer training, more evaluation tasks for the sweeps."""
+    base: dict[str, Any] = {
+        "steps": 5000,
+        "deep_steps": 10000,
+        "lr": 3e-3,
+        "models": list(MODEL_SPECS),
+        "sweep_tasks": 10000,
+        "input_scales": [0.5, 0.75, 1.0, 1.25, 1.5, 2.0],
+        "teacher_scales": [0.5, 1.0, 2.0, 3.0, 5.0],
+    }
+    base.update(changes)
+    return ICLConfig(**base)
+
+
+def config_dict(cfg: ICLConfig) -> dict[str, Any]:
+    """The config as a plain dict."""
+    return asdict(cfg)
