@@ -17,7 +17,7 @@ from typing import Self
 
 import torch
 
-from attnreg.core.attention import Attention, Hooked, gram, project
+from attnreg.core.attention import Attention, Hooked, HookPoint, gram, project, task_blocks
 from attnreg.core.scaling import Rescaling, rescale_tasks
 from attnreg.core.validation import (
     ArrayLike,
@@ -34,7 +34,7 @@ class _RegressionLayer(Hooked):
     """Shared settings, scaling and the ``fit`` / ``forward`` / ``predict`` protocol."""
 
     context: torch.Tensor
-    keys: torch.Tensor
+    keys: torch.Tensor | None
     rescaling: Rescaling
 
     def __init__(
@@ -63,8 +63,12 @@ class _RegressionLayer(Hooked):
         """Build the layer from the context, then run its forward pass on the queries:
         ``(B, N, d), (B, N, dy), (B, M, d) -> (B, M, dy)``."""
         xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
-        self._fit(xc, yc)
-        return check_finite_result(self._attend(xq)).reshape(shape)
+        return check_finite_result(self._fit_attend(xc, yc, xq)).reshape(shape)
+
+    def _fit_attend(self, x: torch.Tensor, y: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
+        """``fit`` then the forward pass on validated batched tensors."""
+        self._fit(x, y)
+        return self._attend(xq)
 
     def forward(self, x_query: ArrayLike) -> torch.Tensor:
         """The forward pass of the fitted layer on queries ``(B or 1, M, d)`` or ``(M, d)``."""
@@ -80,7 +84,18 @@ class _RegressionLayer(Hooked):
             )
         return check_finite_result(self._attend(xq.expand(ctx.shape[0], *xq.shape[1:])))
 
-    def _fit(self, x: torch.Tensor, y: torch.Tensor) -> None:
+    def _fit(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Whiten the (rescaled) context and set the weights; returns the rescaled ``(X, Y)``."""
+        x, y = self._whiten(x, y)
+        self._set_weights(self._white(), x, y)
+        return x, y
+
+    def _white(self) -> Whitening:
+        if self.whitening is None:
+            raise RuntimeError(f"{type(self).__name__}: call fit(x_ctx, y_ctx) first")
+        return self.whitening
+
+    def _whiten(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x, y, rescaling = rescale_tasks(x, y, self.ridge)
         white = whitening_matrix(
             x,
@@ -92,7 +107,7 @@ class _RegressionLayer(Hooked):
         )
         self.whitening, self.scale, self.rescaling = white, white.scale, rescaling
         self.register_buffer("context", x, persistent=False)
-        self._set_weights(white, x, y)
+        return x, y
 
     def _attend(self, xq: torch.Tensor) -> torch.Tensor:
         return self.rescaling.outputs(self._forward(self.rescaling.queries(xq)))
@@ -121,28 +136,60 @@ class OLSTransformer(_RegressionLayer):
     """
 
     def _set_weights(self, white: Whitening, x: torch.Tensor, y: torch.Tensor) -> None:
-        lmat, c = white.matrix, white.scale
-        keys = project(x, lmat)  # X W_K = X W_V (tied)
-        rhs = gram(keys, y)  # (X L)ᵀ Y = Lᵀ Xᵀ Y
-        if c != 1.0:
-            rhs = rhs / c
-        proj = rhs if self.ridge == 0 else self._ridge_projection(white, keys, rhs)
+        keys, proj = self._keys_projection(white, x, y, slice(None))
+        self._store(white.matrix, keys, proj)
+
+    def _keys_projection(
+        self, white: Whitening, x: torch.Tensor, y: torch.Tensor, block: slice
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys ``X W_K`` (= ``X W_V``, tied) and ``W_P`` of the tasks ``block``."""
+        keys = project(x[block], white.matrix[block])
+        rhs = gram(keys, y[block])  # (X L)ᵀ Y = Lᵀ Xᵀ Y
+        if white.scale != 1.0:
+            rhs = rhs / white.scale
+        proj = rhs if self.ridge == 0 else self._ridge_projection(white, keys, rhs, block)
+        return keys, proj
+
+    def _store(self, lmat: torch.Tensor, keys: torch.Tensor | None, proj: torch.Tensor) -> None:
+        """Set the weights; ``keys`` (``X W_K``, the fast memory) or ``None`` (recomputed on the
+        first forward pass)."""
         self.w_q = torch.nn.Parameter(lmat, requires_grad=False)
         self.w_k = torch.nn.Parameter(lmat, requires_grad=False)
         self.w_v = torch.nn.Parameter(lmat, requires_grad=False)
         self.w_p = torch.nn.Parameter(proj, requires_grad=False)
         self.register_buffer("keys", keys, persistent=False)
 
+    def _fit_attend(self, x: torch.Tensor, y: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
+        """Whiten, then build and run the layer one block of about 1 MiB of tasks at a time
+        (:func:`attnreg.core.attention.task_blocks`): a block's keys serve ``W_P`` and the
+        forward pass while they are still in cache. With a hook registered, the whole batch
+        at once (so every hook sees every task)."""
+        if any(m.active for m in self.attn.modules() if isinstance(m, HookPoint)):
+            return super()._fit_attend(x, y, xq)
+        x, y = self._whiten(x, y)
+        white = self._white()
+        xq = self.rescaling.queries(xq)
+        proj = x.new_empty(x.shape[0], x.shape[-1], y.shape[-1])
+        out = x.new_empty(x.shape[0], xq.shape[-2], y.shape[-1])
+        per_task = max(t[0].numel() * t.element_size() for t in (x, xq))
+        for block in task_blocks(x.shape[0], per_task):
+            keys, proj[block] = self._keys_projection(white, x, y, block)
+            q = project(xq[block], white.matrix[block])
+            out[block] = self.attn(q, keys, keys, w_o=proj[block], beta=1.0 / white.scale)
+        self._store(white.matrix, None, proj)
+        return self.rescaling.outputs(out)
+
     def _ridge_projection(
-        self, white: Whitening, keys: torch.Tensor, rhs: torch.Tensor
+        self, white: Whitening, keys: torch.Tensor, rhs: torch.Tensor, block: slice
     ) -> torch.Tensor:
         """``P = G⁺ Lᵀ XᵀY / c``. From the eigen-whitening ``G = diag(e / (e + λ))`` on the kept
         directions (``0`` on X's null space); for Cholesky, ``G = (XL)ᵀ(XL)/c`` and its
         pseudo-inverse (symmetric eigendecomposition, relative tolerance ``max(N, d)·eps``)."""
         if white.eigenvalues is not None and white.kept is not None:
-            e, lam = white.eigenvalues, white.ridge.unsqueeze(-1)
-            safe = torch.where(white.kept, e, torch.ones_like(e))
-            gain = torch.where(white.kept, (e + lam) / safe, torch.zeros_like(e))
+            e, kept = white.eigenvalues[block], white.kept[block]
+            lam = white.ridge[block].unsqueeze(-1)
+            safe = torch.where(kept, e, torch.ones_like(e))
+            gain = torch.where(kept, (e + lam) / safe, torch.zeros_like(e))
             return gain.unsqueeze(-1) * rhs
         g = gram(keys, keys) / white.scale
         n, d = keys.shape[-2], keys.shape[-1]
@@ -152,7 +199,9 @@ class OLSTransformer(_RegressionLayer):
     def _forward(self, xq: torch.Tensor) -> torch.Tensor:
         """``(X* W_Q)(X W_K)ᵀ (X W_V) W_P / c`` through the core; the tied ``W_K = W_V`` project
         the context once."""
-        tied = self.w_k is self.w_v or torch.equal(self.w_k, self.w_v)
+        if self.keys is None:
+            self.keys = project(self.context, self.w_k)
+        tied = self.w_k.data_ptr() == self.w_v.data_ptr() and self.w_k.shape == self.w_v.shape
         values = self.keys if tied else project(self.context, self.w_v)
         q = project(xq, self.w_q)
         return self.attn(q, self.keys, values, w_o=self.w_p, beta=1.0 / self.scale)
