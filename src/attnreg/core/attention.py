@@ -119,7 +119,9 @@ class Hooked(nn.Module):
         self, *args: Any, names: Sequence[str] | None = None, method: str = "predict"
     ) -> tuple[Any, dict[str, torch.Tensor]]:
         """Run ``method(*args)`` and return ``(output, cache)``: the detached tensor of every hook
-        point (or only ``names``) as it flowed through the forward pass that made the output."""
+        point (or only ``names``) as it flowed through the forward pass that made the output.
+        Cached tensors keep the core's batched shapes (``(B, …)``, with a head axis where the
+        module has one), also when ``predict`` was given unbatched inputs."""
         cache: dict[str, torch.Tensor] = {}
 
         def keep(tensor: torch.Tensor, name: str) -> None:
