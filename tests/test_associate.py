@@ -121,3 +121,29 @@ def test_mismatched_shapes_are_named():
         associate(torch.zeros(2, 3), torch.zeros(4, 3), torch.zeros(5, 1))
     with pytest.raises(ValueError, match=r"queries .* and keys"):
         associate(torch.zeros(2, 3), torch.zeros(4, 2), torch.zeros(4, 1))
+
+
+def test_context_mean_divides_the_sum_over_keys_on_every_path():
+    from attnreg.core.attention import Attention
+
+    rng = np.random.default_rng(11)
+    q, k, v = (torch.from_numpy(rng.normal(size=s)) for s in [(2, 4, 3), (2, 9, 3), (2, 9, 2)])
+    metric = torch.from_numpy(rng.normal(size=(3, 3)))
+    qn, kn, vn, mn = q.numpy(), k.numpy(), v.numpy(), metric.numpy()
+    scores = qn @ mn @ kn.transpose(0, 2, 1) / 9
+    expected = scores @ vn
+    # componentwise bounds γ_n |Q||M||K|ᵀ(|V|) / N, doubled for the reference's own rounding
+    unit = np.finfo(np.float64).eps / 2
+    abs_scores = np.abs(qn) @ np.abs(mn) @ np.abs(kn).transpose(0, 2, 1) / 9
+    core = Attention("dot", "identity")
+    linear = core(q, k, v, metric=metric, mean=True).numpy()
+    seen = []
+    handle = core.hook_scores.register_forward_hook(lambda m, i, o: seen.append(o))
+    explicit = core(q, k, v, metric=metric, mean=True).numpy()
+    handle.remove()
+    assert np.all(np.abs(seen[0].numpy() - scores) <= 2 * 8 * unit * abs_scores)
+    out_bound = 2 * 20 * unit * (abs_scores @ np.abs(vn))
+    assert np.all(np.abs(linear - expected) <= out_bound)
+    assert np.all(np.abs(explicit - expected) <= out_bound)
+    with pytest.raises(ValueError, match="mean: a context mean needs identity or power"):
+        Attention("dot", "softmax")(q, k, v, mean=True)
