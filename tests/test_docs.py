@@ -38,8 +38,10 @@ PAGES = {
     "tutorials/gd-in-context.html",
     "tutorials/memory-capacity.html",
     "mathematics.html",
+    "howto.html",
     "api.html",
     "benchmarks.html",
+    "design.html",
 }
 TUTORIALS = {page for page in PAGES if page.startswith("tutorials/")}
 

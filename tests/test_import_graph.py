@@ -125,7 +125,7 @@ def test_graph_sees_function_level_imports() -> None:
     graph = _graph()
     # function-level imports: the CLI registers each study's command inside a function, and
     # the runners import their figures (matplotlib) only when they draw them
-    assert "attnreg.studies.icl.cli" in graph["attnreg.cli_commands"]
+    assert "attnreg.studies.command" in graph["attnreg.cli_commands"]
     assert "attnreg.studies.icl.figures" in graph["attnreg.studies.icl.run"]
     assert "attnreg.studies.icl.config" in graph["attnreg.studies.icl.run"]
 

@@ -63,16 +63,19 @@ def test_references_are_themselves_right():
     np.testing.assert_allclose(ref.gd_loop(x, y, q, [0.3], np.zeros((1, 3))), q @ w1.T, atol=1e-14)
 
 
-def test_json_has_the_documented_keys_and_exit_zero():
-    result = runner.invoke(app, ["verify", "--json", "--dtype", "float64", "--seed", "1"])
+def test_json_has_the_documented_keys_and_exit_zero(tmp_path):
+    result = runner.invoke(
+        app, ["verify", "--json", "--dtype", "float64", "--seed", "1", "--out", str(tmp_path)]
+    )
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert rows and all(set(r) == KEYS for r in rows)
     assert all(r["passed"] for r in rows)
 
 
-def test_tightened_tolerance_exits_one():
-    result = runner.invoke(app, ["verify", "--json", "--dtype", "float64", "--tol-scale", "1e-9"])
+def test_tightened_tolerance_exits_one(tmp_path):
+    args = ["verify", "--json", "--dtype", "float64", "--tol-scale", "1e-9", "--out", str(tmp_path)]
+    result = runner.invoke(app, args)
     assert result.exit_code == 1
     rows = json.loads(result.stdout)
     assert any(not r["passed"] for r in rows)
@@ -85,13 +88,14 @@ def test_same_seed_same_numbers():
     np.testing.assert_array_equal([r["max_abs_err"] for r in a], [r["max_abs_err"] for r in b])
 
 
-def test_table_output_and_bad_dtype():
-    result = runner.invoke(app, ["verify", "--dtype", "float32"])
+def test_table_output_and_bad_dtype(tmp_path):
+    result = runner.invoke(app, ["verify", "--dtype", "float32", "--out", str(tmp_path)])
     assert result.exit_code == 0
-    assert "passed, 0 failed" in result.stdout
-    bad = runner.invoke(app, ["verify", "--dtype", "float16"])
-    assert bad.exit_code != 0
-    assert "dtype" in bad.output
+    assert "pass float32 rows within their tolerance" in result.stdout
+    assert (tmp_path / "verify_rows.csv").is_file()
+    bad = runner.invoke(app, ["verify", "--dtype", "float16", "--out", str(tmp_path)])
+    assert bad.exit_code == 2
+    assert "dtype" in bad.output and "Traceback" not in bad.output
 
 
 def test_help_explains_options():

@@ -277,7 +277,7 @@ class ResultsStore:
 
     def to_dataframe(self, study: str | None = None) -> Any:
         """Tidy rows of every done cell as a pandas DataFrame, with ``study``, ``cell``,
-        ``seed`` and the config's keys (prefixed ``config.``) as extra columns."""
+        ``cell_seed`` and the config's keys (prefixed ``config.``) as extra columns."""
         import pandas as pd
 
         records: list[dict[str, Any]] = []

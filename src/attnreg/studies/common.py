@@ -22,7 +22,9 @@ class FigureRecord:
 class StudyResult:
     """A study's outcome: tidy rows (one per configuration × seed), figures, and a summary.
 
-    ``summary`` maps a question or headline to its measured answer (a sentence with numbers).
+    ``summary`` maps a question or headline to its measured answer (a sentence with numbers);
+    ``checks`` are pass/fail criteria ``{check, value, op, limit, passed}`` (a command exits
+    with status 1 when one fails).
     """
 
     study: str
@@ -30,6 +32,7 @@ class StudyResult:
     rows: list[dict[str, Any]]
     figures: list[FigureRecord] = field(default_factory=list)
     summary: dict[str, str] = field(default_factory=dict)
+    checks: list[dict[str, Any]] = field(default_factory=list)
 
     def write(self, out_dir: str | Path) -> Path:
         """Write ``rows.csv`` and ``rows.json`` into ``out_dir`` (figures are saved already)."""

@@ -10,6 +10,7 @@ broken or slow study never stops the others from being listed or run.
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -47,10 +48,16 @@ class StudySpec:
         config: StudyConfig = factory() if callable(factory) else self.config_cls()()
         return config
 
-    def run(self, config: StudyConfig, out_dir: str | None = None) -> StudyResult:
-        """Run the study with ``config``, saving figures into ``out_dir``."""
+    def run(
+        self, config: StudyConfig, out_dir: str | None = None, progress: bool = False
+    ) -> StudyResult:
+        """Run the study with ``config``, saving figures into ``out_dir``; ``progress`` shows
+        a progress bar on stderr where the runner has one."""
         fn = getattr(importlib.import_module(self.module), self.runner)
-        result = fn(config, out_dir)
+        if "progress" in inspect.signature(fn).parameters:
+            result = fn(config, out_dir, progress=progress)
+        else:
+            result = fn(config, out_dir)
         assert isinstance(result, StudyResult)
         return result
 

@@ -5,10 +5,9 @@ Modules: :mod:`~attnreg.studies.capacity.config` (settings and profiles, a leaf)
 :mod:`~attnreg.studies.capacity.sweeps` (the ``N_max(d)`` search),
 :mod:`~attnreg.studies.capacity.pool` (the same in worker processes),
 :mod:`~attnreg.studies.capacity.summary`, :mod:`~attnreg.studies.capacity.figures`,
-:mod:`~attnreg.studies.capacity.run` (the runner) and :mod:`~attnreg.studies.capacity.cli`
-(``attnreg capacity``). Importing ``run`` here binds the name to the runner function (not the
-submodule of the same name).
-"""
+:mod:`~attnreg.studies.capacity.run` (the runner); its command line is built from the registry
+(``attnreg capacity``, :mod:`attnreg.studies.command`). Importing ``run`` here binds the name to
+the runner function (not the submodule of the same name)."""
 
 from attnreg.studies.capacity.config import CapacityConfig, full_config, quick_config
 from attnreg.studies.capacity.run import JSON_KEYS, json_rows, run

@@ -25,7 +25,7 @@ from attnreg.core.whitening import ConditioningWarning, RankWarning
 from attnreg.memory import GRID_SIMILARITIES
 from attnreg.studies.capacity import families as fam
 from attnreg.studies.capacity.config import CapacityConfig, check_config
-from attnreg.studies.capacity.sweeps import Progress, capacity_row, families
+from attnreg.studies.capacity.sweeps import Progress, capacity_row, families, task_count
 from attnreg.studies.common import StudyResult
 
 JSON_KEYS = ("model", "patterns", "query", "d", "n_max", "n_max_theory", "epsilon", "seeds")
@@ -34,13 +34,25 @@ JSON_KEYS = ("model", "patterns", "query", "d", "n_max", "n_max_theory", "epsilo
 def run(
     config: CapacityConfig | None = None,
     out_dir: str | None = None,
-    progress: Progress | None = None,
+    progress: Progress | bool | None = None,
 ) -> StudyResult:
     """Measure every family's ``N_max(d)``, the pseudo-inverse exactness check and the digits
-    grid; write the figures into ``out_dir`` (if given); return the rows and the summary."""
+    grid; write the figures into ``out_dir`` (if given); return the rows and the summary.
+    ``progress``: a callback ``tick(label)`` per finished unit of work, or ``True`` for a
+    progress bar on stderr."""
     config = config or CapacityConfig()
     check_config(config)
-    tick = progress or (lambda label: None)
+    if progress is True:
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress as Bar
+
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+        with Bar(*columns, TimeElapsedColumn(), transient=True) as bar:
+            task = bar.add_task("capacity", total=task_count(config))
+            return run(
+                config, out_dir, lambda label: bar.update(task, advance=1, description=label)
+            )
+    tick = progress if callable(progress) else (lambda label: None)
     rows: list[dict[str, Any]] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RankWarning)

@@ -420,8 +420,21 @@ def run_study(cfg: VerifyConfig | None = None, out_dir: str | None = None) -> St
             f"{worst['construction']} on {worst['shape']} ({worst['rel_err']:.1e} vs "
             f"{worst['tol']:.1e})."
         )
+    checks = []
+    for dtype in cfg.dtypes:
+        mine = [r for r in rows if r["dtype"] == dtype]
+        passed = sum(r["passed"] for r in mine)
+        checks.append(
+            {
+                "check": f"{dtype} rows within their tolerance",
+                "value": float(passed),
+                "op": ">=",
+                "limit": float(len(mine)),
+                "passed": passed == len(mine),
+            }
+        )
     figures = [] if out_dir is None else [certificate_figure(rows, out_dir, cfg)]
-    return StudyResult("verify", config_dict(cfg), rows, figures, summary)
+    return StudyResult("verify", config_dict(cfg), rows, figures, summary, checks)
 
 
 def certificate_figure(rows: list[dict[str, Any]], out_dir: str, cfg: VerifyConfig) -> FigureRecord:

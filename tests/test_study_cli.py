@@ -1,0 +1,79 @@
+"""The one study command line: the same options on every study, and user errors as one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnreg.cli import app
+
+runner = CliRunner()
+STUDIES = ("verify", "compare", "icl", "capacity")
+COMMON = ("--quick", "--full", "--config", "--set", "--seed", "--out", "--json", "--device")
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_every_study_lists_the_common_options(study):
+    text = runner.invoke(app, [study, "--help"], terminal_width=200).output
+    for option in (*COMMON, "--progress", "--no-progress"):
+        assert option in text, (study, option)
+
+
+def _one_line_error(result, *needles):
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_bad_config_files_are_one_line_errors(study, tmp_path):
+    out = ["--out", str(tmp_path / "out")]
+    missing = tmp_path / "missing.yaml"
+    _one_line_error(runner.invoke(app, [study, "--config", str(missing), *out]), "no such file")
+    syntax = tmp_path / "syntax.yaml"
+    syntax.write_text("seed: [1, 2\nsteps: 3\n")
+    _one_line_error(
+        runner.invoke(app, [study, "--config", str(syntax), *out]), "invalid YAML", "line"
+    )
+    tagged = tmp_path / "tagged.yaml"
+    tagged.write_text("seed: !!python/object/apply:os.system ['echo pwned']\n")
+    _one_line_error(runner.invoke(app, [study, "--config", str(tagged), *out]), "invalid YAML")
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps({"no_such_key": 1}))
+    _one_line_error(runner.invoke(app, [study, "--config", str(unknown), *out]), "no_such_key")
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("seed: three\n")
+    _one_line_error(runner.invoke(app, [study, "--config", str(wrong), *out]), "seed")
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_bad_options_are_one_line_errors(study, tmp_path):
+    out = ["--out", str(tmp_path / "out")]
+    _one_line_error(runner.invoke(app, [study, "--set", "seed", *out]), "--set", "KEY=VALUE")
+    _one_line_error(runner.invoke(app, [study, "--set", "nope=1", *out]), "nope")
+    _one_line_error(runner.invoke(app, [study, "--quick", "--full", *out]), "--quick", "--full")
+    _one_line_error(runner.invoke(app, [study, "--seed", "-1", *out]), "seed")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    _one_line_error(runner.invoke(app, [study, "--out", str(a_file / "x")]), "--out")
+    if not torch.cuda.is_available():
+        _one_line_error(runner.invoke(app, [study, "--device", "cuda", *out]), "--device")
+    _one_line_error(runner.invoke(app, [study, "--device", "tpu9", *out]), "--device")
+
+
+def test_set_and_config_replace_the_profile_fields(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("dtypes: [float32]\nridge: 0.25\n")
+    args = ["verify", "--json", "--config", str(config), "--set", "tol_scale=2.0"]
+    result = runner.invoke(app, [*args, "--seed", "4", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert {r["dtype"] for r in rows} == {"float32"}
+    stored = json.loads((tmp_path / "o" / "verify_rows.json").read_text())
+    assert stored == rows
