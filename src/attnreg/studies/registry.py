@@ -1,7 +1,7 @@
 """The studies attnreg knows, by name: their config class, profiles and runner.
 
 Each study package provides a config dataclass (every field with a default, one of them
-``seed``), a runner ``(config, out_dir) -> StudyResult`` and ``quick_config()`` /
+``seed``), a runner ``(config, out_dir, progress) -> StudyResult`` and ``quick_config()`` /
 ``full_config()`` for its profiles. ``explain`` is not listed: it explains a given checkpoint,
 and the icl study already explains the layers it trains. Modules are imported lazily, so a
 broken or slow study never stops the others from being listed or run.
@@ -10,7 +10,6 @@ broken or slow study never stops the others from being listed or run.
 from __future__ import annotations
 
 import importlib
-import inspect
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -54,10 +53,7 @@ class StudySpec:
         """Run the study with ``config``, saving figures into ``out_dir``; ``progress`` shows
         a progress bar on stderr where the runner has one."""
         fn = getattr(importlib.import_module(self.module), self.runner)
-        if "progress" in inspect.signature(fn).parameters:
-            result = fn(config, out_dir, progress=progress)
-        else:
-            result = fn(config, out_dir)
+        result = fn(config, out_dir, progress=progress)
         assert isinstance(result, StudyResult)
         return result
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +79,18 @@ JSON_KEYS = (
 # the study
 
 
-def run(cfg: ICLConfig | None = None, out_dir: str | Path | None = None) -> StudyResult:
+def run(
+    cfg: ICLConfig | None = None,
+    out_dir: str | Path | None = None,
+    progress: bool | None = None,
+) -> StudyResult:
     """Train every model of ``cfg.models``, fit the references, measure alignment, the loss
     against the number of context examples and the out-of-distribution losses; save
-    checkpoints and figures under ``out_dir`` (if given). Returns the :class:`StudyResult`."""
+    checkpoints and figures under ``out_dir`` (if given). Returns the :class:`StudyResult`.
+    ``progress`` (if given) replaces ``cfg.progress``: a bar per training run on stderr."""
     cfg = cfg or ICLConfig()
+    if progress is not None and progress != cfg.progress:
+        cfg = replace(cfg, progress=bool(progress))
     out = Path(out_dir) if out_dir is not None else None
     with torch_threads(cfg.threads):
         return _run(cfg, out)
