@@ -36,6 +36,7 @@ PAGES = {
     "tutorials/attention-and-regression.html",
     "tutorials/ols-transformer.html",
     "tutorials/gd-in-context.html",
+    "tutorials/everything-is-matter.html",
     "tutorials/memory-capacity.html",
     "mathematics.html",
     "howto.html",

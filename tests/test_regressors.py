@@ -174,3 +174,13 @@ def test_torch_threads_restores_the_setting():
     with torch_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+def test_run_with_cache_passes_keyword_arguments():
+    model = AttentionRegression(3, variant="softmax", qk="shared", seed=0)
+    x = torch.randn(5, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    y = torch.randn(5, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    out, cache = model.run_with_cache(x, x, y, exclude_self=True, method="forward")
+    weights = cache["attn.hook_weights"][0]
+    assert torch.all(torch.diagonal(weights) == 0)
+    torch.testing.assert_close(out, weights @ y)

@@ -116,10 +116,15 @@ class Hooked(nn.Module):
                 handle.remove()
 
     def run_with_cache(
-        self, *args: Any, names: Sequence[str] | None = None, method: str = "predict"
+        self,
+        *args: Any,
+        names: Sequence[str] | None = None,
+        method: str = "predict",
+        **kwargs: Any,
     ) -> tuple[Any, dict[str, torch.Tensor]]:
-        """Run ``method(*args)`` and return ``(output, cache)``: the detached tensor of every hook
-        point (or only ``names``) as it flowed through the forward pass that made the output.
+        """Run ``method(*args, **kwargs)`` and return ``(output, cache)``: the detached tensor
+        of every hook point (or only ``names``) as it flowed through the forward pass that made
+        the output.
         Cached tensors keep the core's batched shapes (``(B, …)``, with a head axis where the
         module has one), also when ``predict`` was given unbatched inputs."""
         cache: dict[str, torch.Tensor] = {}
@@ -129,15 +134,20 @@ class Hooked(nn.Module):
 
         wanted = self.hook_names() if names is None else list(names)
         with self.hooks([(name, keep) for name in wanted]):
-            out = getattr(self, method)(*args)
+            out = getattr(self, method)(*args, **kwargs)
         return out, cache
 
     def run_with_hooks(
-        self, *args: Any, hooks: Sequence[tuple[str, HookFn]], method: str = "predict"
+        self,
+        *args: Any,
+        hooks: Sequence[tuple[str, HookFn]],
+        method: str = "predict",
+        **kwargs: Any,
     ) -> Any:
-        """Run ``method(*args)`` with the hooks ``(name, fn)`` in place (``fn`` may edit)."""
+        """Run ``method(*args, **kwargs)`` with the hooks ``(name, fn)`` in place (``fn`` may
+        edit)."""
         with self.hooks(hooks):
-            return getattr(self, method)(*args)
+            return getattr(self, method)(*args, **kwargs)
 
 
 def _adapter(fn: HookFn, name: str) -> Callable[[nn.Module, Any, torch.Tensor], Any]:
