@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from pathlib import Path
 from urllib.parse import urljoin, urlparse
 
 import pytest
+from chromium import chromium
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_TIMEOUT = 900  # seconds; the build (tutorials included) is meant to take ≤ 6 minutes
@@ -91,31 +91,7 @@ def server(site: Path) -> Iterator[str]:
 
 
 def _chromium():  # type: ignore[no-untyped-def]
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    binary = shutil.which("chromium") or "/usr/bin/chromium"
-    driver_path = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-    assert Path(binary).exists() and Path(driver_path).exists(), (
-        "the docs browser test needs Debian's chromium and chromium-driver "
-        "(apt-get install chromium chromium-driver; .ci/run installs them)"
-    )
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-    ):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    return chromium()
 
 
 @pytest.fixture(scope="session")

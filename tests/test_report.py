@@ -2,9 +2,9 @@
 
 import base64
 import io
-import shutil
 
 import pytest
+from chromium import chromium
 from PIL import Image
 
 from attnreg.report.build import build_report
@@ -159,27 +159,8 @@ def test_report_reuses_stored_cells(verify_report):
         assert [c.finished for c in store.cells()] == before
 
 
-def _chromium():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-    ):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = Service(executable_path=shutil.which("chromedriver") or "/usr/bin/chromedriver")
-    return webdriver.Chrome(service=service, options=options)
+def _chromium():  # type: ignore[no-untyped-def]
+    return chromium()
 
 
 def test_page_in_headless_chromium(full_report):
