@@ -414,7 +414,8 @@ def _rows(t: torch.Tensor | None, block: slice) -> torch.Tensor | None:
 
 
 def _shared_over_heads(t: torch.Tensor) -> bool:
-    return t.ndim == 4 and t.shape[1] > 1 and t.stride(1) == 0
+    """A head axis whose heads all see the same tensor (one head, or a stride-0 expand)."""
+    return t.ndim == 4 and (t.shape[1] == 1 or t.stride(1) == 0)
 
 
 def _heads(out: torch.Tensor) -> torch.Tensor:
@@ -481,15 +482,22 @@ def _shared_heads_readout(
     beta: float,
     n: int,
 ) -> torch.Tensor:
-    """``Σ_h Q ((K M_hᵀ)ᵀ (V W_O,h)) β / n`` with the heads side by side: values are projected
-    first (``do < dv``), so the state is ``d × do`` per head, not ``d × dv``; the metric goes to
-    the key side, where its zero rows give exact zeros (no overflow from unused features)."""
-    b, h, _, d = q.shape
+    """``Σ_h (Q M_h)(Kᵀ (V W_O,h)) β / n`` with the heads side by side in two GEMMs: values are
+    projected first (``do < dv``), so the state is ``d × do`` per head, not ``d × dv``; the
+    metric goes to the (fewer) queries. Features the metric ignores may still be huge (targets
+    at 1e300 in the tokens): if the state ``Kᵀ V W_O`` overflows, the metric goes to the key side
+    instead, where its zero rows keep those features out of the state."""
+    b, h, m, d = q.shape
     n_keys, do = k.shape[2], w_o.shape[-1]
-    km = (k[:, 0] @ metric.mT.permute(1, 0, 2).reshape(d, h * d)).view(b, n_keys, h, d)
-    u = (v[:, 0] @ w_o.permute(1, 0, 2).reshape(v.shape[-1], h * do)).view(b, n_keys, h, do)
-    z = torch.einsum("bnhe,bnhk->bhek", km, u)
-    out = torch.einsum("bme,bhek->bmk", q[:, 0], z)
+    u = v[:, 0] @ w_o.permute(1, 0, 2).reshape(v.shape[-1], h * do)
+    z = (k[:, 0].mT @ u).view(b, d, h, do)
+    if bool(torch.isfinite(z).all()):
+        qm = (q[:, 0] @ metric.permute(1, 0, 2).reshape(d, h * d)).view(b, m, h, d)
+        out = torch.einsum("bmhe,behk->bmk", qm, z)
+    else:
+        km = (k[:, 0] @ metric.mT.permute(1, 0, 2).reshape(d, h * d)).view(b, n_keys, h, d)
+        z = torch.einsum("bnhe,bnhk->bhek", km, u.view(b, n_keys, h, do))
+        out = torch.einsum("bme,bhek->bmk", q[:, 0], z)
     if beta != 1.0:
         out = out * beta
     return out / n if n != 1 else out
