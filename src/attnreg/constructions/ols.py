@@ -230,6 +230,10 @@ class OLSAttention(_RegressionLayer):
         self.register_buffer("values", y, persistent=False)
 
     def _forward(self, xq: torch.Tensor) -> torch.Tensor:
-        """``(X* W_Q)(X W_K)ᵀ Y / c`` through the core (linear in N and M)."""
-        q, k = project(xq, self.w_q), project(self.context, self.w_k)
-        return self.attn(q, k, self.values, beta=1.0 / self.scale)
+        """``(X* W_Q)(X W_K)ᵀ Y / c`` through the core as the whitened dot product
+        ``X* M Xᵀ Y / c`` with ``M = W_Q W_Kᵀ = S⁻¹``: the queries and keys reach the core as
+        the raw rows (hooks ``attn.hook_q``/``hook_k``), the scores are the same, and the
+        linear path computes ``X* (M (Xᵀ Y)) / c`` — one pass over the context and one over the
+        queries, with no ``N × d`` projection (P3)."""
+        metric = self.w_q @ self.w_k.mT
+        return self.attn(xq, self.context, self.values, metric=metric, beta=1.0 / self.scale)

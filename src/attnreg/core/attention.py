@@ -20,10 +20,10 @@ hook on the scores or weights asks for it):
 * **explicit** — scores, separation, weights, ``weights · V``: taken when a hook reads or edits
   ``hook_scores`` / ``hook_weights``, or when each query's own key is masked (``mask_self``).
   The cached tensors are the ones that make the output.
-* **linear** — identity separation, bilinear similarity: ``Q (β (K Mᵀ)ᵀ V W_O)``, linear in N
+* **linear** — identity separation, bilinear similarity: ``Q (β M (Kᵀ V) W_O)``, linear in N
   and M, evaluated one block of about 1 MiB of tasks at a time (so many small tasks stay in
-  cache). The metric goes to the key side: its zero rows then give exact zeros in the state
-  (features a layer does not read cannot overflow it).
+  cache). If the state overflows because of features the metric ignores (targets at 1e300
+  in the tokens), the metric moves to the key side, where its zero rows keep them out.
 * **fused softmax** — softmax separation, bilinear similarity: PyTorch's fused
   ``scaled_dot_product_attention`` (on the CPU a flash-attention kernel: tiles of queries ×
   keys with an online softmax). Values of another width than the keys are zero-padded to one
@@ -359,7 +359,7 @@ class Attention(nn.Module):
         beta: float,
         n: int = 1,
     ) -> torch.Tensor:
-        """``Q (β (K Mᵀ)ᵀ V W_O / n)`` one block of tasks at a time: the ``d × do`` state first,
+        """``Q (β M (Kᵀ V / n) W_O)`` one block of tasks at a time: the ``d × do`` state first,
         so no ``M × N`` matrix and no ``M × d`` intermediate besides ``Q`` is formed. Keys,
         values or queries shared by every head (a stride-0 head axis) are multiplied once."""
         if self.similarity == "scaled_dot":
@@ -432,16 +432,17 @@ def _linear_block(
     beta: float,
     n: int = 1,
 ) -> torch.Tensor:
-    if metric is not None:  # on the key side: zero rows of M make exact zeros in the state
-        k = (k[:, 0] if _shared_over_heads(k) and metric.ndim < 3 else k) @ metric.mT
-        if k.ndim == 3 and v.ndim == 4:
-            k = k.unsqueeze(1).expand(-1, v.shape[1], -1, -1)
-    if _shared_over_heads(k) and _shared_over_heads(v):
-        state = gram(k[:, 0], v[:, 0]).unsqueeze(1)
-    else:
-        state = gram(k, v)
-    if n != 1:
-        state = state / n
+    state = _state(k, v, n)
+    if metric is not None:
+        weighted = metric @ state
+        if not bool(torch.isfinite(weighted).all()):
+            # features M ignores overflowed Kᵀ V (targets at 1e300 in the tokens): put M on the
+            # key side instead, where its zero rows keep them out of the state
+            keys = (k[:, 0] if _shared_over_heads(k) and metric.ndim < 3 else k) @ metric.mT
+            if keys.ndim == 3 and v.ndim == 4:
+                keys = keys.unsqueeze(1).expand(-1, v.shape[1], -1, -1)
+            weighted = _state(keys, v, n)
+        state = weighted
     if w_o is not None:
         state = state @ w_o
     if beta != 1.0:
@@ -451,6 +452,15 @@ def _linear_block(
     if state.ndim == 4 and q.ndim == 4:
         return (q @ state).sum(1)
     return project(q, state)
+
+
+def _state(k: torch.Tensor, v: torch.Tensor, n: int) -> torch.Tensor:
+    """``Kᵀ V / n`` per task (and head); keys and values shared by every head, once."""
+    if _shared_over_heads(k) and _shared_over_heads(v):
+        state = gram(k[:, 0], v[:, 0]).unsqueeze(1)
+    else:
+        state = gram(k, v)
+    return state / n if n != 1 else state
 
 
 def _narrow_shared_heads(
