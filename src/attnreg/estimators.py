@@ -19,7 +19,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from attnreg.core.attention import SIMILARITIES, Attention
+from attnreg.core.attention import SIMILARITIES, Attention, whitened_metric
 from attnreg.core.scaling import rescale_tasks
 from attnreg.core.validation import (
     ArrayLike,
@@ -33,7 +33,7 @@ from attnreg.core.validation import (
     check_underflow,
     per_step,
 )
-from attnreg.core.whitening import RankWarning, covariance_scale, default_rtol, whitening_matrix
+from attnreg.core.whitening import RankWarning, covariance_scale, default_rtol
 
 
 @runtime_checkable
@@ -276,10 +276,7 @@ class KernelSmoother:
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """Softmax-weighted average of the context targets."""
         xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
-        metric = None
-        if self.similarity == "whitened_dot":
-            white = whitening_matrix(xc, checked=True).matrix
-            metric = white @ white.mT
+        metric = whitened_metric(xc) if self.similarity == "whitened_dot" else None
         out = Attention(self.similarity, "softmax", self.beta)(xq, xc, yc, metric=metric)
         return check_finite_result(out).reshape(shape)
 

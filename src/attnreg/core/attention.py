@@ -584,6 +584,13 @@ def _streamed_3d(
 # ----------------------------------------------------------------------- functional form
 
 
+def whitened_metric(keys: torch.Tensor, ridge: float = 0.0) -> torch.Tensor:
+    """``M = L Lᵀ = (KᵀK + λI)⁺`` from validated keys ``(B, N, d)``: the metric of the whitened
+    dot product ``q M kᵀ`` (:func:`attnreg.core.whitening.whitening_matrix`)."""
+    w = whitening_matrix(keys, ridge=ridge, checked=True).matrix
+    return w @ w.mT
+
+
 def associate(
     queries: ArrayLike,
     keys: ArrayLike,
@@ -629,8 +636,7 @@ def associate(
     if similarity == "whitened_dot" and metric is not None:
         m = as_tensor("metric", metric, ndim=(2, 3)).to(dtype)
     elif similarity == "whitened_dot":
-        w = whitening_matrix(k, ridge=ridge, checked=True).matrix
-        m = w @ w.mT
+        m = whitened_metric(k, ridge)
     seen: dict[str, torch.Tensor] = {}
     if return_weights:
         core.hook_weights.register_forward_hook(

@@ -20,11 +20,7 @@ import torch
 def power_of_two_scale(x: torch.Tensor) -> torch.Tensor:
     """Per task ``s = 2^e`` (shape ``(B, 1, 1)`` for ``x`` of shape ``(B, N, k)``) with
     ``max |x / s|`` in ``[0.5, 1)`` when that maximum lies outside ``2^±(maxexp/4)``, else 1."""
-    flat = x.detach()  # max |x| per task from max and min: no |x| temporary (about 8× faster
-    # than vector_norm(ord=inf) over two dimensions on the CPU)
-    biggest = torch.maximum(
-        flat.amax(dim=(-2, -1), keepdim=True), -flat.amin(dim=(-2, -1), keepdim=True)
-    )
+    biggest = _largest(x)
     limit = int(math.log2(torch.finfo(x.dtype).max)) // 4
     low, high = torch.aminmax(biggest)
     if float(high) < 2.0**limit and float(low) >= 2.0 ** (-limit):  # the usual case: all 1
@@ -33,6 +29,22 @@ def power_of_two_scale(x: torch.Tensor) -> torch.Tensor:
     extreme = (biggest > 0) & ((exponent > limit) | (exponent < -limit))
     exponent = torch.where(extreme, exponent, torch.zeros_like(exponent))
     return torch.ldexp(torch.ones_like(biggest), exponent)
+
+
+def unit_scale(x: torch.Tensor) -> torch.Tensor:
+    """Per task ``s = 2^e`` (``(B, 1, 1)``) with ``max |x / s|`` in ``[0.5, 1)``, whatever the
+    magnitude (1 for an all-zero task)."""
+    _, exponent = torch.frexp(_largest(x))
+    return torch.ldexp(torch.ones_like(x[..., :1, :1]), exponent)
+
+
+def _largest(x: torch.Tensor) -> torch.Tensor:
+    """``max |x|`` per task, ``(B, 1, 1)``, from max and min: no ``|x|`` temporary (about 8×
+    faster than ``vector_norm(ord=inf)`` over two dimensions on the CPU)."""
+    flat = x.detach()
+    return torch.maximum(
+        flat.amax(dim=(-2, -1), keepdim=True), -flat.amin(dim=(-2, -1), keepdim=True)
+    )
 
 
 @dataclass(frozen=True)

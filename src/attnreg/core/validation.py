@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnreg.core.scaling import unit_scale
+
 _EXACT_INT_LIMIT = 2**53
 _REFUSED = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
@@ -231,13 +233,6 @@ def check_finite_result(out: torch.Tensor, name: str = "predict") -> torch.Tenso
     return out
 
 
-def _unit_scale(x: torch.Tensor) -> torch.Tensor:
-    """Per task the power of two ``2^e`` with ``max |x / 2^e|`` in ``[0.5, 1)`` (1 for a zero
-    task): ``(B, 1, 1)`` for ``x`` of shape ``(B, N, k)``."""
-    _, exponent = torch.frexp(x.detach().abs().amax(dim=(-2, -1), keepdim=True))
-    return torch.ldexp(torch.ones_like(x[..., :1, :1]), exponent)
-
-
 def check_underflow(
     out: torch.Tensor,
     compute: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
@@ -264,7 +259,7 @@ def check_underflow(
         return out
     with torch.no_grad():
         unit = compute(
-            x_ctx / _unit_scale(x_ctx), y_ctx / _unit_scale(y_ctx), x_query / _unit_scale(x_query)
+            x_ctx / unit_scale(x_ctx), y_ctx / unit_scale(y_ctx), x_query / unit_scale(x_query)
         )
     nonzero = (unit.detach().abs() >= torch.finfo(unit.dtype).tiny).flatten(1).any(dim=1)
     bad = lost & nonzero
