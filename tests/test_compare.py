@@ -36,7 +36,22 @@ SMALL = {
     "ols_steps": 40,
     "probe_steps": 30,
     "shift_magnitudes": [0.0, 1.0],
+    "tang_memories": 20,
+    "tang_scale_n_train": 100,
 }
+SECTION_STEMS = [
+    "compare_conventions",
+    "compare_density",
+    "compare_memories",
+    "compare_tang_retrieval",
+    "compare_tang_scaling",
+    "compare_locality",
+]
+
+
+def _main_rows(rows):
+    """The attention cells' and baselines' rows (the further sections' rows carry a "section")."""
+    return [r for r in rows if "section" not in r]
 
 
 @pytest.mark.parametrize("mode", ["synthetic", "diabetes", "sine"])
@@ -98,11 +113,22 @@ def test_trained_whitened_regression_attention_is_within_5_percent_of_ridge():
 
 def test_small_run_writes_every_figure_and_is_deterministic(tmp_path):
     cfg = CompareConfig(**SMALL)
-    result = run(cfg, out_dir=tmp_path)
+    result = run(cfg)
+    result.write(tmp_path)
     again = run(cfg)
+    for figure in again.figures:
+        figure.close()
     assert result.rows == again.rows
-    assert all(tuple(r) == ROW_KEYS for r in result.rows)
-    trained = [r for r in result.rows if r["variant"] not in ("ridge", "ols")]
+    main = _main_rows(result.rows)
+    assert all(tuple(r) == ROW_KEYS for r in main)
+    assert {r["section"] for r in result.rows if "section" in r} == {
+        "conventions",
+        "density",
+        "memories",
+        "tang",
+        "locality",
+    }
+    trained = [r for r in main if r["variant"] not in ("ridge", "ols")]
     assert len(trained) == 3 * 2 * 2
     stems = [
         "compare_heatmaps_synthetic",
@@ -111,6 +137,7 @@ def test_small_run_writes_every_figure_and_is_deterministic(tmp_path):
         "ols_transformer_functional",
         "ols_transformer_structural",
         "ols_transformer_shift",
+        *SECTION_STEMS,
     ]
     for stem in stems:
         for ext in ("png", "svg"):
@@ -118,7 +145,7 @@ def test_small_run_writes_every_figure_and_is_deterministic(tmp_path):
     assert {f.path.name for f in result.figures} == {f"{s}.png" for s in stems}
     for name in ("compare_rows.csv", "compare_training.csv", "ols_transformer_shift.csv"):
         assert (tmp_path / name).stat().st_size > 100
-    summary = json.loads((tmp_path / "compare_summary.json").read_text())
+    summary = json.loads((tmp_path / "compare_summary.json").read_text())["summary"]
     for question in (
         "does the trained W_q W_kᵀ learn the inverse covariance?",
         "does whitening help test MSE?",
@@ -192,7 +219,7 @@ def test_cli_json_rows_and_errors(tmp_path):
         app, ["compare", "--json", "--config", str(config), "--out", str(out), "--seed", "2"]
     )
     assert res.exit_code == 0, res.output
-    rows = json.loads(res.stdout)
+    rows = _main_rows(json.loads(res.stdout))
     assert all(list(r) == list(ROW_KEYS) for r in rows)
     assert {r["variant"] for r in rows} == {"regression", "ridge", "ols"}
     assert {r["seed"] for r in rows} == {2}

@@ -48,7 +48,9 @@ from scipy.special import softmax
 from sklearn.linear_model import Ridge as SkRidge
 
 import attnreg
+from attnreg.constructions import VonOswaldSummaryLayer
 from attnreg.core.whitening import ConditioningWarning, RankWarning
+from attnreg.estimators import ZeroPredictor
 from attnreg.memory import (
     HebbianMemory,
     MemoryRegressor,
@@ -62,7 +64,6 @@ from attnreg.models import (
     TrainableLSA,
     TrainableOLSTransformer,
 )
-from attnreg.studies.icl.references import ZeroPredictor
 
 Arr = np.ndarray
 D, DY, N, M, B = 3, 2, 7, 4, 2
@@ -347,6 +348,20 @@ REGISTRY = [
         ridge_magnitude(0.5),
         np_ref(ridge_ref(0.5)),
         lam=0.5,
+    ),
+    Entry(
+        "OLSTransformer-tan-zhao",
+        lambda dy: attnreg.OLSTransformer(convention="tan-zhao"),
+        "lstsq",
+        lstsq_magnitude,
+        LSTSQ_REF,
+    ),
+    Entry(
+        "VonOswaldSummaryLayer",  # the summary's plain sum: η/N per step is the package's GD
+        lambda dy: VonOswaldSummaryLayer(D, dy, eta=ETA / N, steps=STEPS),
+        "other",
+        gd_magnitude(),
+        GD_REF,
     ),
     Entry("OLSAttention", lambda dy: attnreg.OLSAttention(), "lstsq", lstsq_magnitude, LSTSQ_REF),
     Entry(
@@ -805,6 +820,7 @@ def test_every_predictor_is_registered() -> None:
         attnreg.OLSAttention,
         attnreg.MesaLayer,
         attnreg.LSAStack,
+        VonOswaldSummaryLayer,
         TrainableLSA,
         SoftmaxAttention,
         AttentionRegression,

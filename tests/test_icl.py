@@ -9,15 +9,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from attnreg.bench.icl_workload import train_one_layer_to_gd
 from attnreg.cli import app
-from attnreg.data.tasks import TaskSampler, random_covariance, von_oswald_tasks
+from attnreg.data.tasks import TaskSampler, line_search_eta, random_covariance, von_oswald_tasks
 from attnreg.estimators import GD
 from attnreg.models import TrainableLSA
 from attnreg.studies.icl.config import ICLConfig
 from attnreg.studies.icl.metrics import alignment, sensitivities
-from attnreg.studies.icl.references import line_search_eta
 from attnreg.studies.icl.run import JSON_KEYS, json_rows, run
-from attnreg.studies.icl.train import train_one_layer_to_gd
 from attnreg.training import generator
 
 
@@ -86,7 +85,8 @@ def _tiny(**changes: object) -> ICLConfig:
 
 
 def test_run_is_deterministic_and_json_has_exactly_the_keys(tmp_path) -> None:
-    a = run(_tiny(), tmp_path / "a")
+    a = run(_tiny())
+    a.write(tmp_path / "a")
     b = run(_tiny())
     rows_a, rows_b = json_rows(a), json_rows(b)
     assert rows_a == rows_b
@@ -107,7 +107,10 @@ def test_cli_help_and_json(tmp_path) -> None:
     for option in ("--quick", "--full", "--out", "--json", "--seed", "--device", "--models"):
         assert option in help_text
     cfg = tmp_path / "tiny.yaml"
-    cfg.write_text(json.dumps({k: v for k, v in _tiny().__dict__.items()}))
+    # a few dozen steps do not reach GD: thresholds for this tiny run, then an impossible one
+    tiny = {**_tiny().__dict__, "max_loss_ratio": 10.0, "max_eta_error": 10.0}
+    tiny["min_sensitivity_cosine"] = 0.01
+    cfg.write_text(json.dumps(tiny))
     cfg = cfg.rename(tmp_path / "tiny.json")
     result = runner.invoke(
         app, ["icl", "--config", str(cfg), "--out", str(tmp_path / "o"), "--json"]
@@ -115,5 +118,13 @@ def test_cli_help_and_json(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)
     assert [sorted(r) for r in rows] == [sorted(JSON_KEYS)]
+    checks = json.loads((tmp_path / "o" / "icl_summary.json").read_text())["checks"]
+    assert [c["limit"] for c in checks] == [10.0, 0.01, 10.0]
+    strict = runner.invoke(
+        app,
+        ["icl", "--config", str(cfg), "--set", "max_loss_ratio=0.5", "--out", str(tmp_path / "s")],
+    )
+    assert strict.exit_code == 1, strict.output  # a failing check: exit status 1
+    assert "FAIL lsa-1 loss / line-searched GD's" in strict.output
     bad = runner.invoke(app, ["icl", "--models", "lsa-9"])
     assert bad.exit_code != 0 and "models" in bad.output

@@ -77,3 +77,37 @@ def test_set_and_config_replace_the_profile_fields(tmp_path):
     assert {r["dtype"] for r in rows} == {"float32"}
     stored = json.loads((tmp_path / "o" / "verify_rows.json").read_text())
     assert stored == rows
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["sweep", "--workers", "abc", "x.yaml"], "--workers"),
+        (["report", "--seed", "1.5"], "--seed"),
+        (["verify", "--no-such-option"], "--no-such-option"),
+        (["no-such-command"], "no-such-command"),
+    ],
+)
+def test_usage_errors_of_the_real_entry_point_are_one_line(args, needle):
+    """Through the installed entry point (``python -m attnreg``), not typer's test runner:
+    typer's own usage errors are one line naming the culprit, exit status 2."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnreg", *args], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+def test_report_overrides_with_an_unknown_key_is_a_one_line_error(tmp_path):
+    overrides = tmp_path / "overrides.yaml"
+    overrides.write_text("icl: {no_such_key: 3}\n")
+    result = runner.invoke(
+        app, ["report", "--overrides", str(overrides), "--out", str(tmp_path / "r")]
+    )
+    _one_line_error(result, "overrides of icl", "no_such_key")
+    assert not (tmp_path / "r" / "results.db").exists()  # nothing ran

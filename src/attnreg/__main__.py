@@ -1,5 +1,5 @@
 """``python -m attnreg``: the command line."""
 
-from attnreg.cli import app
+from attnreg.cli import run
 
-app()
+run()

@@ -321,3 +321,13 @@ class Mesa:
                 f"queries {tuple(q.shape)}"
             )
         return causal_ridge(k, v, q, self.lam)
+
+
+class ZeroPredictor:
+    """Predicts 0 for every query (the loss every model starts from)."""
+
+    def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
+        """Zeros of the one signature's shape ``(B, M, dy)`` (or unbatched), in the inputs'
+        common dtype; the inputs are validated like every predictor's (``check_tasks``)."""
+        xc, _, _, shape = check_tasks(x_ctx, y_ctx, x_query)
+        return torch.zeros(shape, dtype=xc.dtype, device=xc.device)

@@ -47,6 +47,7 @@ optimizer=None, generators=(), resume=False) -> TrainResult``
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
@@ -66,6 +67,7 @@ from attnreg.core.validation import (
     check_positive_int,
     check_seed,
 )
+from attnreg.progress import Progress, Stage, terminal_progress
 
 SCHEDULES = ("constant", "cosine")
 # TrainConfig fields that do not change a run's numbers: a checkpoint resumes under other values
@@ -155,10 +157,6 @@ class TrainResult:
     @property
     def steps_run(self) -> int:
         return len(self.losses)
-
-    @property
-    def final_loss(self) -> float:
-        return self.losses[-1] if self.losses else math.nan
 
     def plateau_summary(self) -> str | None:
         """``None`` if no plateau was seen, else a sentence (stuck or escaped)."""
@@ -426,12 +424,87 @@ def _read_checkpoint(
     )
 
 
+def _loop(
+    cfg: TrainConfig,
+    params: list[torch.Tensor],
+    loss_fn: Callable[[int], torch.Tensor],
+    eval_fn: Callable[[], float] | None,
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LRScheduler | None,
+    run: _Progress,
+    save: Callable[[], None],
+    stage: Stage,
+    description: str,
+) -> None:
+    """The optimisation steps from ``run.done`` to the end (or an early stop), with
+    evaluations every ``cfg.eval_every`` steps and checkpoints every ``cfg.checkpoint_every``."""
+    result = run.result
+
+    def evaluate(step: int) -> bool:
+        """Record an evaluation; True when training should stop."""
+        if eval_fn is not None:
+            with torch.no_grad():
+                metric = float(eval_fn())
+        else:
+            tail = result.losses[-cfg.eval_every :]
+            metric = sum(tail) / len(tail)
+        result.evals.append((step, metric))
+        if metric < result.best_metric * (1 - cfg.min_delta) or result.best_step < 0:
+            result.best_metric, result.best_step = metric, step
+            run.since_best = 0
+            if cfg.restore_best:
+                run.best_state = [p.detach().clone() for p in params]
+        else:
+            run.since_best += 1
+        if cfg.stop_below is not None and metric <= cfg.stop_below:
+            result.stopped = "stop_below"
+            return True
+        if cfg.patience is not None and run.since_best >= cfg.patience:
+            result.stopped = "patience"
+            return True
+        return False
+
+    if not run.finished:
+        for step in range(run.done, cfg.steps):
+            for p in params:
+                p.grad = None
+            loss = loss_fn(step)
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                result.stopped = "non-finite"
+                warnings.warn(
+                    f"{description}: training loss became {value} at step {step}; stopped",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                break
+            loss.backward()
+            if cfg.clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, cfg.clip)
+            opt.step()
+            if sched is not None:
+                sched.step()
+            result.losses.append(value)
+            run.done = step + 1
+            stage.advance(label=f"loss {value:.4g}")
+            stop = run.done % cfg.eval_every == 0 and evaluate(run.done)
+            if stop:
+                break
+            if cfg.checkpoint_every and run.done % cfg.checkpoint_every == 0:
+                save()
+        else:
+            if not result.evals or result.evals[-1][0] != cfg.steps:
+                evaluate(cfg.steps)
+        run.finished = True
+        save()
+
+
 def train(
     model_or_params: nn.Module | Iterable[torch.Tensor],
     loss_fn: Callable[[int], torch.Tensor],
     config: TrainConfig | None = None,
     eval_fn: Callable[[], float] | None = None,
-    progress: bool | None = None,
+    progress: Progress | bool | None = None,
     description: str = "train",
     optimizer: torch.optim.Optimizer | None = None,
     generators: Sequence[torch.Generator] = (),
@@ -455,7 +528,9 @@ def train(
       Without ``resume`` an existing checkpoint file is overwritten by the new run.
       The result's losses and evaluations then cover the whole run, and ``seconds`` adds the
       time spent before the interruption (up to the last checkpoint).
-    * ``progress`` shows a tqdm bar (default: only when stderr is a terminal).
+    * ``progress``: a :class:`~attnreg.progress.Progress` to open the stage ``description``
+      on (one step per optimiser step, labelled with the loss), ``True`` for a bar of its own
+      on a terminal, ``False`` for none (default: a bar when stderr is a terminal).
 
     Returns a :class:`TrainResult`; with ``restore_best`` the parameters are reset to the best
     evaluation's values at the end.
@@ -493,78 +568,12 @@ def train(
             run.cpu_seconds = cpu_seconds0 + time.process_time() - cpu0
             _write_checkpoint(path, cfg, model_or_params, params, opt, sched, gens, run)
 
-    bar = None
-    if progress is None:
-        import sys
-
-        progress = sys.stderr.isatty()
-    if progress and not run.finished:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=cfg.steps, initial=run.done, desc=description, leave=False)
-
-    def evaluate(step: int) -> bool:
-        """Record an evaluation; True when training should stop."""
-        if eval_fn is not None:
-            with torch.no_grad():
-                metric = float(eval_fn())
-        else:
-            tail = result.losses[-cfg.eval_every :]
-            metric = sum(tail) / len(tail)
-        result.evals.append((step, metric))
-        if metric < result.best_metric * (1 - cfg.min_delta) or result.best_step < 0:
-            result.best_metric, result.best_step = metric, step
-            run.since_best = 0
-            if cfg.restore_best:
-                run.best_state = [p.detach().clone() for p in params]
-        else:
-            run.since_best += 1
-        if cfg.stop_below is not None and metric <= cfg.stop_below:
-            result.stopped = "stop_below"
-            return True
-        if cfg.patience is not None and run.since_best >= cfg.patience:
-            result.stopped = "patience"
-            return True
-        return False
-
-    if not run.finished:
-        for step in range(run.done, cfg.steps):
-            for p in params:
-                p.grad = None
-            loss = loss_fn(step)
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                result.stopped = "non-finite"
-                warnings.warn(
-                    f"{description}: training loss became {value} at step {step}; stopped",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-                break
-            loss.backward()
-            if cfg.clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, cfg.clip)
-            opt.step()
-            if sched is not None:
-                sched.step()
-            result.losses.append(value)
-            run.done = step + 1
-            if bar is not None:
-                bar.update(1)
-                if step % 50 == 0:
-                    bar.set_postfix(loss=f"{value:.4g}")
-            stop = run.done % cfg.eval_every == 0 and evaluate(run.done)
-            if stop:
-                break
-            if cfg.checkpoint_every and run.done % cfg.checkpoint_every == 0:
-                save()
-        else:
-            if not result.evals or result.evals[-1][0] != cfg.steps:
-                evaluate(cfg.steps)
-        run.finished = True
-        save()
-    if bar is not None:
-        bar.close()
+    with contextlib.ExitStack() as stack:
+        if not isinstance(progress, Progress):
+            progress = stack.enter_context(terminal_progress(progress is not False))
+        stage = stack.enter_context(progress.stage(description, total=cfg.steps))
+        stage.advance(run.done)
+        _loop(cfg, params, loss_fn, eval_fn, opt, sched, run, save, stage, description)
     if cfg.restore_best and run.best_state is not None:
         with torch.no_grad():
             for p, best in zip(params, run.best_state, strict=True):

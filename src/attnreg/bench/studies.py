@@ -1,6 +1,6 @@
-"""P4–P6: the study workloads, each owned by its study and called here, never copied.
+"""P4–P6: the study workloads, called here, never copied.
 
-* P4 calls ``attnreg.studies.icl.train.train_one_layer_to_gd(seed=…)`` for three seeds (in process);
+* P4 calls :func:`attnreg.bench.icl_workload.train_one_layer_to_gd` for three seeds (in process);
 * P5 runs the capacity study's quick profile (``attnreg.studies.capacity.run.run``) in a child
   process, for its wall time and its peak resident set;
 * P6 runs ``attnreg report`` (quick profile, a fresh output folder) as a child process.
@@ -75,7 +75,7 @@ def bench_p4(smoke: bool, threads: int, seeds: tuple[int, ...] = (0, 1, 2)) -> B
     workload += "line-searched one-step-GD loss; line search + evaluation included"
     unit = "s (median wall)"
     try:
-        fn = _lookup("attnreg.studies.icl.train", "train_one_layer_to_gd")
+        fn = _lookup("attnreg.bench.icl_workload", "train_one_layer_to_gd")
     except LookupError as exc:
         return _unavailable("P4", workload, unit, P4_TARGET, str(exc))
     extra = {"eval_tasks": 200, "batch": 64, "max_steps": 20} if smoke else {}
@@ -120,7 +120,8 @@ from attnreg.studies import capacity
 config = capacity.quick_config()
 {smoke}
 with tempfile.TemporaryDirectory() as out:
-    result = capacity.run(config, out)
+    result = capacity.run(config)
+    result.write(out)
 print(json.dumps({{"rows": len(result.rows), "softmax_d": getattr(config, "softmax_d", None),
                   "peak_bytes": peak_rss_bytes()}}))
 """
@@ -129,7 +130,9 @@ _CAPACITY_SMOKE = """
 from dataclasses import replace
 config = replace(config, seeds=1, queries=20, pinv_d=[4], hebbian_d=[16], dam2_d=[8],
                  dam3_d=[8], dam4_d=[8], softmax_d=[4], sphere_d=[4], grid_random_d=8,
-                 digits_n=[20], n_limit=256)
+                 digits_n=[20], n_limit=256, energy_quadratic_d=[8], energy_power3_d=[8],
+                 energy_power4_d=[8], energy_softmax_d=[8], energy_check_d=8,
+                 energy_check_n=[4], ols_energy_cases=[[16, 4]], cost_queries=8, cost_repeats=1)
 """
 
 

@@ -190,3 +190,30 @@ def von_oswald_tasks(**changes: Any) -> TaskSampler:
     """The von Oswald et al. (2023) setup: ``d = N = 10``, one query, ``x ~ U(−0.5, 0.5)``,
     ``w ~ N(0, I)``, noise-free (override any field by keyword)."""
     return TaskSampler(**changes)
+
+
+def eval_loss(predictor: Any, tasks: Tasks) -> float:
+    """``0.5 × MSE`` of ``predictor`` on the tasks' queries: any object with
+    ``predict(x_ctx, y_ctx, x_query)`` or such a callable (your own ``nn.Module`` included),
+    given the tasks' tensors as they are (cast them inside if the model wants float32); run
+    without gradients, rank and conditioning warnings silenced."""
+    import warnings
+
+    from attnreg.core.whitening import ConditioningWarning, RankWarning
+
+    predict = predictor.predict if hasattr(predictor, "predict") else predictor
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RankWarning)
+        warnings.simplefilter("ignore", ConditioningWarning)
+        with torch.no_grad():
+            out = predict(tasks.x_ctx, tasks.y_ctx, tasks.x_query)
+    return float(query_loss(out.to(torch.float64).reshape(tasks.y_query.shape), tasks.y_query))
+
+
+def line_search_eta(tasks: Tasks) -> float:
+    """The one-step GD η minimising the query loss on ``tasks``: with ``g = (1/N) x_qᵀ XᵀY``
+    the prediction is ``η g``, so the line search is exact, ``η* = ⟨g, y_q⟩ / ⟨g, g⟩``."""
+    from attnreg.estimators import GD
+
+    g = GD(1.0, 1).predict(tasks.x_ctx, tasks.y_ctx, tasks.x_query)
+    return float((g * tasks.y_query).sum() / (g * g).sum())

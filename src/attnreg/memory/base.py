@@ -120,8 +120,3 @@ def krotov_hopfield_coefficients(power: int) -> tuple[np.ndarray, np.ndarray]:
     a = ((g_minus + g_plus) / 2).coef
     b = ((g_minus - g_plus) / 2).coef
     return np.trim_zeros(a, "b") if a.any() else a, b
-
-
-def double_factorial(k: int) -> int:
-    """``k!! = k (k−2) (k−4) ⋯`` (1 for ``k ≤ 0``)."""
-    return math.prod(range(k, 0, -2)) if k > 0 else 1

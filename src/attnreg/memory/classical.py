@@ -7,7 +7,6 @@ asynchronous dense-memory update (documented there).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -306,4 +305,7 @@ class DenseAssociativeMemory:
 def dam_capacity_theory(d: float, power: int) -> float:
     """Krotov & Hopfield (2016) error-free capacity ``d^{n−1} / (2 (2n−3)!! ln d)``
     (``n = 2``: McEliece et al. 1987, ``d / (2 ln d)``)."""
-    return float(d ** (power - 1) / (2 * math.prod(range(2 * power - 3, 0, -2)) * np.log(d)))
+    from scipy.special import factorial2
+
+    double = factorial2(2 * power - 3, exact=True) if power > 1 else 1
+    return float(d ** (power - 1) / (2 * double * np.log(d)))

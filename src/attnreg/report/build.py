@@ -57,6 +57,11 @@ def build_report(
     names = list(studies or STUDIES)
     for name in [*names, *(overrides or {})]:
         get_study(name)
+    for name, changes in (overrides or {}).items():
+        try:
+            make_cell(name, changes, seed, profile)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"overrides of {name}: {exc}") from exc
     problem = folder_problem(out)
     if problem:
         raise ValueError(f"output folder {out} {problem}")

@@ -7,14 +7,14 @@ in the :class:`CellResult` so one bad cell cannot stop a sweep. It writes nothin
 from __future__ import annotations
 
 import base64
-import tempfile
+import contextlib
 import traceback
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from attnreg import __version__
 from attnreg.config import config_from_dict, config_to_dict
+from attnreg.progress import Event, Progress
 from attnreg.runs.store import CellResult, cell_key, now
 from attnreg.studies.registry import get_study
 
@@ -76,8 +76,26 @@ def make_cell(study: str, overrides: dict[str, Any], seed: int, profile: str = "
     return CellSpec(study, config_to_dict(cfg), seed)
 
 
+_EVENTS: Any = None  # in a pool worker: the queue its progress events go to
+
+
+def send_progress_to(queue: Any) -> None:
+    """In a worker process: send the progress events of the cells it runs to ``queue``
+    (a multiprocessing queue the parent reads; ``None``: show nothing)."""
+    global _EVENTS
+    _EVENTS = queue
+    if queue is not None:
+        queue.cancel_join_thread()  # never wait for the parent to read when exiting
+
+
+def _emit(event: Event) -> None:
+    with contextlib.suppress(Exception):  # progress must never fail a cell
+        _EVENTS.put(event)
+
+
 def execute_cell(cell: CellSpec, figures: bool = False, threads: int | None = None) -> CellResult:
-    """Run one cell and return its result (figures as base64 PNG when ``figures``)."""
+    """Run one cell and return its result (figures as base64 PNG when ``figures``); its
+    progress goes to the parent as the stage ``study [key]`` (see :func:`send_progress_to`)."""
     import torch
 
     if threads:
@@ -86,14 +104,15 @@ def execute_cell(cell: CellSpec, figures: bool = False, threads: int | None = No
     try:
         spec = get_study(cell.study)
         cfg: Any = config_from_dict(spec.config_cls(), cell.config)
-        with tempfile.TemporaryDirectory() as tmp:
-            result = spec.run(cfg, tmp if figures else None)
-            pictures = []
-            for fig in result.figures:
-                path = Path(fig.path)
-                if path.exists():
-                    png = base64.b64encode(path.read_bytes()).decode()
-                    pictures.append({"name": path.stem, "caption": fig.caption, "png": png})
+        progress = Progress(_emit if _EVENTS is not None else None)
+        with progress.stage(f"{cell.study} [{cell.key[:6]}]") as stage:
+            result = spec.run(cfg, progress=stage.progress)
+        pictures = []
+        for fig in result.figures:
+            if figures:
+                png = base64.b64encode(fig.png()).decode()
+                pictures.append({"name": fig.name, "caption": fig.caption, "png": png})
+            fig.close()
         return CellResult(
             cell.study,
             cell.config,

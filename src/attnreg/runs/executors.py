@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -32,7 +33,8 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from attnreg.core.validation import check_choice
-from attnreg.runs.cells import CellSpec, execute_cell
+from attnreg.progress import Display
+from attnreg.runs.cells import CellSpec, execute_cell, send_progress_to
 from attnreg.runs.lifecycle import RunInterrupted, StopSignals, terminate_trees, worker_init
 from attnreg.runs.store import CellResult, ResultsStore, StoreBusy
 
@@ -169,7 +171,7 @@ def run_cells(
 
         if todo:
             if executor == "local":
-                _run_local(todo, workers, threads, figures, record, stop)
+                _run_local(todo, workers, threads, figures, record, stop, bar.events)
             else:
                 _run_dask(todo, workers, scheduler, threads, figures, record, stop)
         if outcome.set_aside:
@@ -186,6 +188,7 @@ def _run_local(
     figures: bool,
     record: Callable[[CellResult], None],
     stop: StopSignals,
+    events: Any = None,
     attempts: int = 3,
 ) -> None:
     remaining = {cell.key: cell for cell in todo}
@@ -196,8 +199,8 @@ def _run_local(
         pool = ProcessPoolExecutor(
             max_workers=workers,
             mp_context=context,
-            initializer=worker_init,
-            initargs=(os.getpid(),),
+            initializer=_init_worker,
+            initargs=(os.getpid(), events),
         )
         futures: dict[Future[CellResult], str] = {}
         try:
@@ -316,21 +319,33 @@ def _end_local_workers(cluster: Any) -> None:
     terminate_trees([pid for n in nannies if (pid := getattr(n, "pid", None))], grace=0.5)
 
 
+def _init_worker(parent_pid: int, events: Any) -> None:
+    """A pool worker: the lifecycle of :func:`worker_init`, progress events to ``events``."""
+    worker_init(parent_pid)
+    send_progress_to(events)
+
+
 class _Bar:
-    """A rich progress bar with cells done / failed / remaining and an ETA."""
+    """The sweep's progress on a terminal: a bar with cells done / failed / remaining and an
+    ETA, and under it the stages of the cells running in local worker processes (their events
+    arrive on :attr:`events`, a queue read by a thread; Dask workers show none)."""
 
     def __init__(self, total: int, enabled: bool) -> None:
         self.total = total
+        self.enabled = enabled and total > 0 and sys.stderr.isatty()
         self.progress = Progress(
-            TextColumn("[bold]sweep"),
+            TextColumn("{task.description}"),
             BarColumn(),
             TextColumn("{task.fields[counts]}"),
             TimeElapsedColumn(),
-            TextColumn("ETA"),
             TimeRemainingColumn(),
-            disable=not enabled or total == 0,
+            disable=not self.enabled,
         )
-        self.task = self.progress.add_task("cells", total=total, counts=self._counts(0, 0))
+        self.task = self.progress.add_task("sweep", total=total, counts=self._counts(0, 0))
+        self.display = Display(self.progress, keep_finished=False, counts="")
+        self.events: Any = None
+        self._reader: threading.Thread | None = None
+        self._stop = threading.Event()
 
     def _counts(self, done: int, failed: int) -> str:
         return f"{done} done · {failed} failed · {self.total - done - failed} remaining"
@@ -340,9 +355,27 @@ class _Bar:
             self.task, advance=1, counts=self._counts(outcome.done, outcome.failed)
         )
 
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            try:
+                kind, path, count, label = self.events.get(timeout=0.2)
+            except Exception:  # empty, or a message cut by a worker that was ended
+                continue
+            self.display((kind, path, count, label))
+
     def __enter__(self) -> _Bar:
         self.progress.start()
+        if self.enabled:
+            self.events = multiprocessing.get_context("spawn").Queue()
+            self._reader = threading.Thread(target=self._read, name="attnreg-progress", daemon=True)
+            self._reader.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._reader is not None:
+            self._reader.join(timeout=1)
+        if self.events is not None:
+            self.events.close()
+            self.events.cancel_join_thread()
         self.progress.stop()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ import yaml
 from attnreg.config import config_from_dict, config_to_dict
 from attnreg.core.validation import check_seed
 from attnreg.output import rows_to_json
+from attnreg.progress import terminal_progress
 from attnreg.studies.common import StudyResult
 from attnreg.studies.registry import STUDIES, StudySpec
 
@@ -146,10 +146,9 @@ def build_config(
     sets: dict[str, Any],
     seed: int | None,
     device: str,
-    progress: bool,
 ) -> Any:
-    """The profile's config, with the file's fields, then ``--set``, ``--seed``, ``--device`` and
-    ``--progress`` (where the config has such fields) replacing its values; validated."""
+    """The profile's config, with the file's fields, then ``--set``, ``--seed`` and ``--device``
+    (where the config has a device field) replacing its values; validated."""
     values = config_to_dict(spec.profile("full" if full else "quick"))
     if config_file is not None:
         values |= read_config_file(config_file)
@@ -161,8 +160,6 @@ def build_config(
         values["device"] = check_device(device)
     elif device != "cpu":
         raise ValueError(f"--device {device!r}: the {spec.name} study runs on the CPU only")
-    if "progress" in fields:
-        values["progress"] = progress
     config: Any = config_from_dict(spec.config_cls(), values)
     if "seed" in fields:
         check_seed("seed", config.seed)
@@ -186,7 +183,6 @@ def _run(spec: StudySpec, options: dict[str, Any]) -> None:
             sets,
             options["seed"],
             options["device"],
-            options["progress"],
         )
     except (ValueError, TypeError) as exc:
         fail(str(exc))
@@ -196,10 +192,10 @@ def _run(spec: StudySpec, options: dict[str, Any]) -> None:
     except OSError as exc:
         fail(f"--out {str(out)!r}: cannot create the folder ({exc.strerror})")
     try:
-        result = spec.run(config, str(out), progress=options["progress"])
+        with terminal_progress(options["progress"]) as progress:
+            result = spec.run(config, out, progress)
     except ValueError as exc:
         fail(str(exc))
-    result.write(out)
     _report(spec, result, out, options["json"])
     if any(not check["passed"] for check in result.checks):
         raise typer.Exit(code=1)
@@ -282,9 +278,9 @@ def _common_parameters() -> list[inspect.Parameter]:
         option(
             "progress",
             typer.Option(
-                sys.stderr.isatty(),
+                True,
                 "--progress/--no-progress",
-                help="Show progress on stderr (default: only on a terminal).",
+                help="Show nested progress (stages, steps) on stderr when it is a terminal.",
             ),
             bool,
         ),

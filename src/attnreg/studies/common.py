@@ -1,30 +1,74 @@
-"""What every study returns, so the CLI, the sweeps and the report treat them alike."""
+"""What every study returns, so the CLI, the sweeps and the report treat them alike.
+
+A study's runner computes and returns a :class:`StudyResult`; it writes nothing. The caller
+writes the result where it wants it (:meth:`StudyResult.write`), or keeps only its rows (a
+sweep cell) and its figures as PNG bytes (:meth:`FigureRecord.png`).
+"""
 
 from __future__ import annotations
 
+import io
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from attnreg.output import rows_to_json, write_csv
+from attnreg.output import rows_to_json, save_figure, write_csv
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from attnreg.models import TokenModel
 
 
 @dataclass
 class FigureRecord:
-    """One saved figure: its PNG path (an SVG sits beside it) and a caption that names the
-    config that re-creates it."""
+    """One figure: its file stem ``name``, a caption that names the config that re-creates it,
+    the matplotlib figure until it is written, then the PNG's ``path`` (an SVG sits beside it).
+    """
 
-    path: Path
+    name: str
     caption: str
+    figure: Figure | None = None
+    path: Path | None = None
+
+    def png(self) -> bytes:
+        """The figure as PNG bytes (150 dpi), from memory or from its written file."""
+        if self.figure is not None:
+            buffer = io.BytesIO()
+            self.figure.savefig(buffer, format="png", dpi=150, bbox_inches="tight")
+            return buffer.getvalue()
+        if self.path is None:
+            raise ValueError(f"figure {self.name!r}: neither in memory nor written")
+        return self.path.read_bytes()
+
+    def close(self) -> None:
+        """Free the matplotlib figure (a written figure is closed already)."""
+        if self.figure is not None:
+            import matplotlib.pyplot as plt
+
+            plt.close(self.figure)
+            self.figure = None
+
+    def write(self, out_dir: Path) -> Path:
+        """Save as ``out_dir/name.png`` and ``.svg``, close the matplotlib figure, keep the path."""
+        if self.figure is not None:
+            self.path = save_figure(self.figure, out_dir, self.name)[0]
+            self.figure = None
+        elif self.path is None:
+            raise ValueError(f"figure {self.name!r}: neither in memory nor written")
+        return self.path
 
 
 @dataclass
 class StudyResult:
-    """A study's outcome: tidy rows (one per configuration × seed), figures, and a summary.
+    """A study's outcome: tidy rows (one per configuration × seed), figures, a summary, checks.
 
     ``summary`` maps a question or headline to its measured answer (a sentence with numbers);
-    ``checks`` are pass/fail criteria ``{check, value, op, limit, passed}`` (a command exits
-    with status 1 when one fails).
+    ``checks`` are pass/fail criteria ``{check, value, op, limit, passed}`` whose limits are
+    config fields (a command exits with status 1 when one fails); ``tables`` are further tidy
+    tables by file stem; ``models`` are trained models to save as checkpoints, by name, with
+    their metadata.
     """
 
     study: str
@@ -33,11 +77,54 @@ class StudyResult:
     figures: list[FigureRecord] = field(default_factory=list)
     summary: dict[str, str] = field(default_factory=dict)
     checks: list[dict[str, Any]] = field(default_factory=list)
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    models: dict[str, tuple[TokenModel, dict[str, Any]]] = field(default_factory=dict)
+
+    def add(self, section: Section) -> None:
+        """Merge a section's rows, summary, checks, figures and tables into this result."""
+        self.rows += section.rows
+        self.summary |= section.summary
+        self.checks += section.checks
+        self.figures += section.figures
+        self.tables |= section.tables
 
     def write(self, out_dir: str | Path) -> Path:
-        """Write ``rows.csv`` and ``rows.json`` into ``out_dir`` (figures are saved already)."""
+        """Write everything into ``out_dir``: ``<study>_rows.csv/.json``, each table as
+        ``<name>.csv``, ``<study>_summary.json`` (summary and checks), the figures as PNG + SVG
+        and the models as ``checkpoints/<name>.pt``."""
+        from attnreg.models import save_model
+
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         write_csv(self.rows, out / f"{self.study}_rows.csv")
         (out / f"{self.study}_rows.json").write_text(rows_to_json(self.rows))
+        for name, table in self.tables.items():
+            write_csv(table, out / f"{name}.csv")
+        summary = {"summary": self.summary, "checks": self.checks}
+        (out / f"{self.study}_summary.json").write_text(json.dumps(summary, indent=2))
+        for figure in self.figures:
+            figure.write(out)
+        for name, (model, meta) in self.models.items():
+            save_model(out / "checkpoints" / f"{name}.pt", model, meta)
         return out
+
+
+@dataclass
+class Section:
+    """One part of a study computed on its own (e.g. one question of a source): its tidy rows,
+    summary answers, checks, figures and tables, merged into the study's result by
+    :meth:`StudyResult.add`."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, str] = field(default_factory=dict)
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    figures: list[FigureRecord] = field(default_factory=list)
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def check(name: str, value: float, op: str, limit: float) -> dict[str, Any]:
+    """One pass/fail criterion: ``value op limit`` with ``op`` one of ``<=``, ``>=``."""
+    if op not in ("<=", ">="):
+        raise ValueError(f"op: unknown value {op!r}; valid values are '<=', '>='")
+    passed = value <= limit if op == "<=" else value >= limit
+    return {"check": name, "value": float(value), "op": op, "limit": float(limit), "passed": passed}

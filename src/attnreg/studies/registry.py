@@ -1,8 +1,10 @@
 """The studies attnreg knows, by name: their config class, profiles and runner.
 
 Each study package provides a config dataclass (every field with a default, one of them
-``seed``), a runner ``(config, out_dir, progress) -> StudyResult`` and ``quick_config()`` /
-``full_config()`` for its profiles. ``explain`` is not listed: it explains a given checkpoint,
+``seed``), a runner ``run(config, progress) -> StudyResult`` that computes and writes nothing,
+and ``quick_config()`` / ``full_config()`` for its profiles. :meth:`StudySpec.run` is the one
+protocol the command line, the sweeps and the report use: run the study, then write the result
+into ``out_dir`` if one is given. ``explain`` is not listed: it explains a given checkpoint,
 and the icl study already explains the layers it trains. Modules are imported lazily, so a
 broken or slow study never stops the others from being listed or run.
 """
@@ -11,8 +13,10 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
+from attnreg.progress import Progress
 from attnreg.studies.common import StudyResult
 
 if TYPE_CHECKING:  # the config modules are leaves: no cycle, and nothing heavy at run time
@@ -26,13 +30,12 @@ if TYPE_CHECKING:  # the config modules are leaves: no cycle, and nothing heavy 
 
 @dataclass(frozen=True)
 class StudySpec:
-    """Where a study lives: ``module:config_class``, ``module:runner`` and the module's
-    ``quick_config()`` / ``full_config()``."""
+    """Where a study lives: its package ``module`` with ``config_class``, ``run``,
+    ``quick_config()`` and ``full_config()``; ``cli`` is its command."""
 
     name: str
     module: str
     config_class: str
-    runner: str = "run_study"
     cli: str = ""
 
     def config_cls(self) -> type:
@@ -48,13 +51,18 @@ class StudySpec:
         return config
 
     def run(
-        self, config: StudyConfig, out_dir: str | None = None, progress: bool = False
+        self,
+        config: StudyConfig,
+        out_dir: str | Path | None = None,
+        progress: Progress | None = None,
     ) -> StudyResult:
-        """Run the study with ``config``, saving figures into ``out_dir``; ``progress`` shows
-        a progress bar on stderr where the runner has one."""
-        fn = getattr(importlib.import_module(self.module), self.runner)
-        result = fn(config, out_dir, progress=progress)
+        """Run the study with ``config`` (stages shown on ``progress``), then write the result
+        into ``out_dir`` (:meth:`StudyResult.write`) if given."""
+        fn = importlib.import_module(self.module).run
+        result = fn(config, progress or Progress.quiet())
         assert isinstance(result, StudyResult)
+        if out_dir is not None:
+            result.write(out_dir)
         return result
 
     def field_names(self) -> list[str]:
@@ -64,16 +72,10 @@ class StudySpec:
 
 STUDIES: dict[str, StudySpec] = {
     "verify": StudySpec("verify", "attnreg.studies.verify", "VerifyConfig", cli="attnreg verify"),
-    "compare": StudySpec(
-        "compare", "attnreg.studies.compare", "CompareConfig", runner="run", cli="attnreg compare"
-    ),
-    "icl": StudySpec("icl", "attnreg.studies.icl", "ICLConfig", runner="run", cli="attnreg icl"),
+    "compare": StudySpec("compare", "attnreg.studies.compare", "CompareConfig", "attnreg compare"),
+    "icl": StudySpec("icl", "attnreg.studies.icl", "ICLConfig", "attnreg icl"),
     "capacity": StudySpec(
-        "capacity",
-        "attnreg.studies.capacity",
-        "CapacityConfig",
-        runner="run",
-        cli="attnreg capacity",
+        "capacity", "attnreg.studies.capacity", "CapacityConfig", "attnreg capacity"
     ),
 }
 

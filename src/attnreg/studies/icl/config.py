@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from attnreg.core.validation import check_choice, check_positive_int
+from attnreg.core.validation import check_choice, check_positive, check_positive_int
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,14 @@ MODEL_SPECS: dict[str, ModelSpec] = {
 
 @dataclass
 class ICLConfig:
-    """``attnreg icl`` settings (every field has a default: the quick profile)."""
+    """``attnreg icl`` settings (every field has a default: the quick profile).
+
+    The checks' thresholds: a trained one-layer LSA's test loss at most ``max_loss_ratio`` ×
+    line-searched GD's (and the Gaussian-input model's at most that × the optimal
+    preconditioned GD's), its sensitivity cosine with GD at least ``min_sensitivity_cosine``
+    and its learned η within ``max_eta_error`` (relative) of the line-searched η; the recurrent
+    GD++ models' loss at most ``max_loss_ratio_gdpp`` × fitted GD++'s (von Oswald et al.
+    2023)."""
 
     seed: int = 0
     d: int = 10
@@ -75,7 +82,10 @@ class ICLConfig:
     explain_tasks: int = 2000
     threads: int = 1
     device: str = "cpu"
-    progress: bool = False
+    max_loss_ratio: float = 1.02
+    max_loss_ratio_gdpp: float = 1.05
+    min_sensitivity_cosine: float = 0.99
+    max_eta_error: float = 0.05
 
     def __post_init__(self) -> None:
         for name in (
@@ -94,6 +104,13 @@ class ICLConfig:
             check_positive_int(name, getattr(self, name))
         for name in self.models:
             check_choice("models", name, MODEL_SPECS)
+        for name in (
+            "max_loss_ratio",
+            "max_loss_ratio_gdpp",
+            "min_sensitivity_cosine",
+            "max_eta_error",
+        ):
+            check_positive(name, getattr(self, name))
 
 
 def quick_config(**changes: Any) -> ICLConfig:

@@ -1,8 +1,7 @@
-"""Figures of the ``icl`` study (matplotlib, saved as PNG + SVG by :func:`save_figure`)."""
+"""Figures of the ``icl`` study (matplotlib figures, written by the caller as PNG + SVG)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -11,7 +10,6 @@ import torch
 
 from attnreg.estimators import optimal_preconditioner
 from attnreg.models import TrainableLSA, gd_products
-from attnreg.output import save_figure
 from attnreg.studies.common import FigureRecord
 from attnreg.studies.icl.config import MODEL_SPECS, ICLConfig
 from attnreg.studies.icl.train import make_sampler
@@ -27,7 +25,6 @@ def _smooth(values: list[float], width: int) -> np.ndarray:
 
 def make_figures(
     cfg: ICLConfig,
-    out: Path,
     rows: list[dict[str, Any]],
     models: dict[str, Any],
     results: dict[str, Any],
@@ -36,7 +33,6 @@ def make_figures(
 ) -> list[FigureRecord]:
     """Training curves, alignment curves, loss against N, weight heatmaps, OOD curves."""
     figs: list[FigureRecord] = []
-    fig_dir = out / "figures"
     caption_cfg = f"(attnreg icl, seed {cfg.seed}, steps {cfg.steps}/{cfg.deep_steps})"
 
     # 1. training loss with reference lines
@@ -69,10 +65,11 @@ def make_figures(
             ax.legend(fontsize=7)
         axes[0][0].set_ylabel("0.5 × MSE (query)")
         fig.tight_layout()
-        save_figure(fig, fig_dir, "icl_training")
         figs.append(
             FigureRecord(
-                fig_dir / "icl_training.png", f"Training loss with reference lines {caption_cfg}"
+                name="icl_training",
+                figure=fig,
+                caption=f"Training loss with reference lines {caption_cfg}",
             )
         )
 
@@ -92,11 +89,11 @@ def make_figures(
             ax.set_xlabel("step")
             ax.legend(fontsize=7)
         fig.tight_layout()
-        save_figure(fig, fig_dir, "icl_alignment")
         figs.append(
             FigureRecord(
-                fig_dir / "icl_alignment.png",
-                f"Alignment with each model's reference during training {caption_cfg}",
+                name="icl_alignment",
+                figure=fig,
+                caption=f"Alignment with each model's reference during training {caption_cfg}",
             )
         )
 
@@ -115,12 +112,14 @@ def make_figures(
         ax.set_title(f"noise σ = {cfg.sweep_noise:g}, d = {cfg.d}", fontsize=9)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        save_figure(fig, fig_dir, "icl_context_sweep")
         figs.append(
             FigureRecord(
-                fig_dir / "icl_context_sweep.png",
-                f"Loss against the number of context examples (models "
-                f"trained at N = {cfg.n_ctx}) {caption_cfg}",
+                name="icl_context_sweep",
+                figure=fig,
+                caption=(
+                    f"Loss against the number of context examples (models "
+                    f"trained at N = {cfg.n_ctx}) {caption_cfg}"
+                ),
             )
         )
 
@@ -158,11 +157,11 @@ def make_figures(
         for ax in list(axes.flat)[len(panels) :]:
             ax.axis("off")
         fig.tight_layout()
-        save_figure(fig, fig_dir, "icl_weights")
         figs.append(
             FigureRecord(
-                fig_dir / "icl_weights.png",
-                f"Learned (scale-normalised) vs constructed weights {caption_cfg}",
+                name="icl_weights",
+                figure=fig,
+                caption=f"Learned (scale-normalised) vs constructed weights {caption_cfg}",
             )
         )
 
@@ -181,11 +180,11 @@ def make_figures(
             ax.legend(fontsize=7)
         axes[0].set_ylabel("0.5 × MSE (query)")
         fig.tight_layout()
-        save_figure(fig, fig_dir, "icl_ood")
         figs.append(
             FigureRecord(
-                fig_dir / "icl_ood.png",
-                f"Out-of-distribution loss (inputs / teacher scaled by α) {caption_cfg}",
+                name="icl_ood",
+                figure=fig,
+                caption=f"Out-of-distribution loss (inputs / teacher scaled by α) {caption_cfg}",
             )
         )
     return figs

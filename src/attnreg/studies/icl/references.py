@@ -3,17 +3,19 @@ evaluation tasks as the trained models (von Oswald et al. 2023; Ahn et al. 2023)
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from attnreg.core.validation import check_tasks
-from attnreg.core.whitening import ConditioningWarning, RankWarning
-from attnreg.data.tasks import Tasks, TaskSampler, query_loss
-from attnreg.estimators import GD, OLS, PreconditionedGD, Predictor, Ridge, optimal_preconditioner
+from attnreg.data.tasks import Tasks, TaskSampler, eval_loss, line_search_eta
+from attnreg.estimators import (
+    GD,
+    OLS,
+    PreconditionedGD,
+    Predictor,
+    Ridge,
+    ZeroPredictor,
+    optimal_preconditioner,
+)
 from attnreg.explain import fit_family
 from attnreg.studies.icl.config import ModelSpec
 
@@ -27,34 +29,6 @@ class Reference:
     loss: float
     eta: float | None = None
     params: dict[str, Any] = field(default_factory=dict)
-
-
-class ZeroPredictor:
-    """Predicts 0 for every query (the loss every model starts from)."""
-
-    def predict(self, x_ctx: Any, y_ctx: Any, x_query: Any) -> torch.Tensor:
-        """Zeros of the one signature's shape ``(B, M, dy)`` (or unbatched), in the inputs'
-        common dtype; the inputs are validated like every predictor's (``check_tasks``)."""
-        xc, _, _, shape = check_tasks(x_ctx, y_ctx, x_query)
-        return torch.zeros(shape, dtype=xc.dtype, device=xc.device)
-
-
-def eval_loss(predictor: Predictor | Callable[..., torch.Tensor], tasks: Tasks) -> float:
-    """``0.5 × MSE`` of ``predictor`` on the tasks' queries (float64 inputs)."""
-    predict = predictor.predict if hasattr(predictor, "predict") else predictor
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RankWarning)
-        warnings.simplefilter("ignore", ConditioningWarning)
-        with torch.no_grad():
-            out = predict(tasks.x_ctx, tasks.y_ctx, tasks.x_query)
-    return float(query_loss(out.to(torch.float64).reshape(tasks.y_query.shape), tasks.y_query))
-
-
-def line_search_eta(tasks: Tasks) -> float:
-    """The one-step GD η minimising the query loss on ``tasks``: with ``g = (1/N) x_qᵀ XᵀY``
-    the prediction is ``η g``, so the line search is exact, ``η* = ⟨g, y_q⟩ / ⟨g, g⟩``."""
-    g = GD(1.0, 1).predict(tasks.x_ctx, tasks.y_ctx, tasks.x_query)
-    return float((g * tasks.y_query).sum() / (g * g).sum())
 
 
 def fit_references(

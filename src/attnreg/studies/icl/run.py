@@ -28,23 +28,21 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from attnreg.constructions import OLSTransformer
 from attnreg.core.threads import torch_threads
-from attnreg.data.tasks import Tasks, TaskSampler
+from attnreg.data.tasks import Tasks, TaskSampler, eval_loss
 from attnreg.explain import explain
-from attnreg.models import TokenModel, TrainableLSA, save_model
-from attnreg.studies.common import StudyResult
+from attnreg.models import TokenModel, TrainableLSA
+from attnreg.progress import Progress
+from attnreg.studies.common import StudyResult, check
 from attnreg.studies.icl.config import MODEL_SPECS, ICLConfig, config_dict
 from attnreg.studies.icl.metrics import alignment
 from attnreg.studies.icl.references import (
     Reference,
-    eval_loss,
     fit_references,
     references_for,
 )
@@ -79,24 +77,18 @@ JSON_KEYS = (
 # the study
 
 
-def run(
-    cfg: ICLConfig | None = None,
-    out_dir: str | Path | None = None,
-    progress: bool | None = None,
-) -> StudyResult:
+def run(cfg: ICLConfig | None = None, progress: Progress | None = None) -> StudyResult:
     """Train every model of ``cfg.models``, fit the references, measure alignment, the loss
-    against the number of context examples and the out-of-distribution losses; save
-    checkpoints and figures under ``out_dir`` (if given). Returns the :class:`StudyResult`.
-    ``progress`` (if given) replaces ``cfg.progress``: a bar per training run on stderr."""
+    against the number of context examples and the out-of-distribution losses; return the
+    rows, figures, trained models (as checkpoints to write), summary and checks (thresholds:
+    ``cfg.max_loss_ratio`` … ``cfg.max_eta_error``). Writes nothing; ``progress`` shows a stage
+    per trained model."""
     cfg = cfg or ICLConfig()
-    if progress is not None and progress != cfg.progress:
-        cfg = replace(cfg, progress=bool(progress))
-    out = Path(out_dir) if out_dir is not None else None
     with torch_threads(cfg.threads):
-        return _run(cfg, out)
+        return _run(cfg, progress or Progress.quiet())
 
 
-def _run(cfg: ICLConfig, out: Path | None) -> StudyResult:
+def _run(cfg: ICLConfig, progress: Progress) -> StudyResult:
     from attnreg.studies.icl.figures import make_figures  # matplotlib: only when run
 
     t_start = time.perf_counter()
@@ -130,6 +122,7 @@ def _run(cfg: ICLConfig, out: Path | None) -> StudyResult:
     results: dict[str, TrainResult] = {}
     histories: dict[str, list[dict[str, float]]] = {}
     summary: dict[str, str] = {}
+    checkpoints: dict[str, tuple[TokenModel, dict[str, Any]]] = {}
     for i, (name, spec) in enumerate(specs.items()):
         seed = cfg.seed * 1000 + i
         ref = refs[spec.tasks][spec.reference]
@@ -147,6 +140,7 @@ def _run(cfg: ICLConfig, out: Path | None) -> StudyResult:
             name=name,
             history=history,
             plateau_reference=ref.loss if spec.kind == "lsa" else None,
+            progress=progress,
         )
         models[name], results[name], histories[name] = model, res, history
         test = tests[spec.tasks]
@@ -192,25 +186,23 @@ def _run(cfg: ICLConfig, out: Path | None) -> StudyResult:
             ),
         }
         rows.append(row)
-        if out is not None:
-            save_model(
-                out / "checkpoints" / f"{name}.pt",
-                model,
-                {
-                    "study": "icl",
-                    "name": name,
-                    "tasks": spec.tasks,
-                    "n_ctx": cfg.n_ctx,
-                    "reference": ref.name,
-                    "test_loss": test_loss,
-                    "covariance": (
-                        samplers[spec.tasks].input_covariance.tolist()
-                        if spec.tasks == "gaussian"
-                        else None
-                    ),
-                },
-            )
-    _headline(cfg, rows, refs, summary)
+        checkpoints[name] = (
+            model,
+            {
+                "study": "icl",
+                "name": name,
+                "tasks": spec.tasks,
+                "n_ctx": cfg.n_ctx,
+                "reference": ref.name,
+                "test_loss": test_loss,
+                "covariance": (
+                    samplers[spec.tasks].input_covariance.tolist()
+                    if spec.tasks == "gaussian"
+                    else None
+                ),
+            },
+        )
+    checks = _headline(cfg, rows, refs, summary)
 
     # loss against the number of context examples (Garg et al. 2022), noisy labels
     sweep_rows = context_sweep(cfg, models, specs, refs)
@@ -236,11 +228,9 @@ def _run(cfg: ICLConfig, out: Path | None) -> StudyResult:
                 + ", ".join(f"{f.family} {f.r2:.5f}" for f in ex.fits if f.family != ex.best)
                 + ")"
             )
-    figures = []
-    if out is not None:
-        figures = make_figures(cfg, out, rows, models, results, histories, refs)
+    figures = make_figures(cfg, rows, models, results, histories, refs)
     summary["wall time"] = f"{time.perf_counter() - t_start:.1f} s ({cfg.threads} thread(s))"
-    return StudyResult("icl", config_dict(cfg), rows, figures, summary)
+    return StudyResult("icl", config_dict(cfg), rows, figures, summary, checks, models=checkpoints)
 
 
 def _short(params: dict[str, Any]) -> str:
@@ -252,48 +242,75 @@ def _headline(
     rows: list[dict[str, Any]],
     refs: dict[str, dict[str, Reference]],
     summary: dict[str, str],
-) -> None:
-    """The Done-when measurements as sentences with numbers and a verdict."""
+) -> list[dict[str, Any]]:
+    """The headline measurements as sentences with numbers (into ``summary``) and as checks
+    against the config's thresholds (returned)."""
     by_name = {r["model"]: r for r in rows if r.get("kind") == "model"}
+    checks: list[dict[str, Any]] = []
 
-    def verdict(ok: bool) -> str:
-        return "PASS" if ok else "FAIL"
+    def verdict(*new: dict[str, Any]) -> str:
+        checks.extend(new)
+        return "PASS" if all(c["passed"] for c in new) else "FAIL"
 
     if "lsa-1" in by_name:
         r = by_name["lsa-1"]
         eta_err = abs(r["learned_eta"] - r["reference_eta"]) / r["reference_eta"]
-        ok = r["loss_ratio"] <= 1.02 and r["cos_sensitivity"] >= 0.99 and eta_err <= 0.05
+        ok = verdict(
+            check("lsa-1 loss / line-searched GD's", r["loss_ratio"], "<=", cfg.max_loss_ratio),
+            check(
+                "lsa-1 sensitivity cosine with GD",
+                r["cos_sensitivity"],
+                ">=",
+                cfg.min_sensitivity_cosine,
+            ),
+            check("lsa-1 learned η relative error", eta_err, "<=", cfg.max_eta_error),
+        )
         interp = r["interpolation_loss"]
         interp_text = "" if interp is None else f"; interpolation (θ_TF + θ_GD)/2 loss {interp:.5f}"
         summary["1-layer LSA vs line-searched GD"] = (
-            f"{verdict(ok)}: test loss {r['test_loss']:.5f} vs GD {r['reference_loss']:.5f} on "
-            f"the same {cfg.eval_tasks} tasks (ratio {r['loss_ratio']:.4f}, target ≤ 1.02); "
-            f"sensitivity cosine {r['cos_sensitivity']:.5f} (≥ 0.99); learned η "
-            f"{r['learned_eta']:.4f} vs line-searched η {r['reference_eta']:.4f} "
-            f"({eta_err:.2%}, ≤ 5 %){interp_text}"
+            f"{ok}: test loss {r['test_loss']:.5f} vs GD {r['reference_loss']:.5f} on "
+            f"the same {cfg.eval_tasks} tasks (ratio {r['loss_ratio']:.4f}, target ≤ "
+            f"{cfg.max_loss_ratio:g}); sensitivity cosine {r['cos_sensitivity']:.5f} (≥ "
+            f"{cfg.min_sensitivity_cosine:g}); learned η {r['learned_eta']:.4f} vs line-searched "
+            f"η {r['reference_eta']:.4f} ({eta_err:.2%}, ≤ {cfg.max_eta_error:.0%}){interp_text}"
         )
     for name in ("lsa-2-recurrent-gdpp", "lsa-3-recurrent-gdpp"):
         if name in by_name:
             r = by_name[name]
+            ok = verdict(
+                check(
+                    f"{name} loss / fitted GD++'s", r["loss_ratio"], "<=", cfg.max_loss_ratio_gdpp
+                )
+            )
             summary[f"{name} vs fitted GD++"] = (
-                f"{verdict(r['loss_ratio'] <= 1.05)}: test loss {r['test_loss']:.5f} vs "
+                f"{ok}: test loss {r['test_loss']:.5f} vs "
                 f"{r['reference']} {r['reference_loss']:.5f} (ratio {r['loss_ratio']:.4f}, "
-                f"target ≤ 1.05); sensitivity cosine {r['cos_sensitivity']:.4f}"
+                f"target ≤ {cfg.max_loss_ratio_gdpp:g}); sensitivity cosine "
+                f"{r['cos_sensitivity']:.4f}"
             )
     if "lsa-1-gaussian" in by_name:
         r = by_name["lsa-1-gaussian"]
         fitted = refs["gaussian"].get("preconditioned GD (fitted)")
         gd = refs["gaussian"]["GD"]
+        ok = verdict(
+            check(
+                "lsa-1-gaussian loss / optimal preconditioned GD's",
+                r["loss_ratio"],
+                "<=",
+                cfg.max_loss_ratio,
+            )
+        )
         summary["Gaussian inputs: full-KQ LSA vs optimal preconditioned GD"] = (
-            f"{verdict(r['loss_ratio'] <= 1.02)}: test loss {r['test_loss']:.5f} vs optimal "
-            f"Γ* {r['reference_loss']:.5f} (ratio {r['loss_ratio']:.4f}, target ≤ 1.02); "
-            f"fitted Γ {fitted.loss if fitted else math.nan:.5f}; plain GD {gd.loss:.5f}; "
-            f"cosine(learned −PV_yy·KQ_xx, Γ*) {r['preconditioner_cosine']:.4f} "
-            f"(condition number of Σ: {cfg.gaussian_condition:g})"
+            f"{ok}: test loss {r['test_loss']:.5f} vs optimal "
+            f"Γ* {r['reference_loss']:.5f} (ratio {r['loss_ratio']:.4f}, target ≤ "
+            f"{cfg.max_loss_ratio:g}); fitted Γ {fitted.loss if fitted else math.nan:.5f}; plain "
+            f"GD {gd.loss:.5f}; cosine(learned −PV_yy·KQ_xx, Γ*) "
+            f"{r['preconditioner_cosine']:.4f} (condition number of Σ: {cfg.gaussian_condition:g})"
         )
     for name, r in by_name.items():
         if r["plateau"] and "stuck" in r["plateau"]:
             summary[f"{name} plateau"] = r["plateau"]
+    return checks
 
 
 def json_rows(result: StudyResult) -> list[dict[str, Any]]:

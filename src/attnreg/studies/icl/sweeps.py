@@ -7,10 +7,11 @@ from typing import Any
 
 import torch
 
-from attnreg.estimators import OLS, Ridge
+from attnreg.data.tasks import eval_loss
+from attnreg.estimators import OLS, Ridge, ZeroPredictor
 from attnreg.models import TokenModel
 from attnreg.studies.icl.config import ICLConfig, ModelSpec
-from attnreg.studies.icl.references import Reference, ZeroPredictor, eval_loss
+from attnreg.studies.icl.references import Reference
 from attnreg.studies.icl.train import make_sampler, model_fn
 from attnreg.training import generator
 

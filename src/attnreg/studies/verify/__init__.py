@@ -2,12 +2,14 @@
 
 Modules: :mod:`~attnreg.studies.verify.config` (settings and profiles, a leaf),
 :mod:`~attnreg.studies.verify.references` (the independent numpy / scikit-learn references),
-:mod:`~attnreg.studies.verify.run` (the cases, the checks and the runners ``run`` (rows) and
-``run_study``); its command line is built from the registry (``attnreg verify``,
-:mod:`attnreg.studies.command`). Importing ``run`` here binds the name to the rows runner (not
-the submodule of the same name)."""
+:mod:`~attnreg.studies.verify.certificate` (the cases, the checks, the rows),
+:mod:`~attnreg.studies.verify.figures`, :mod:`~attnreg.studies.verify.run` (the runner); its
+command line is built from the registry (``attnreg verify``, :mod:`attnreg.studies.command`).
+Importing ``run`` here binds the name to the runner function (not the submodule of the same
+name)."""
 
+from attnreg.studies.verify.certificate import certificate
 from attnreg.studies.verify.config import VerifyConfig, full_config, quick_config
-from attnreg.studies.verify.run import run, run_study
+from attnreg.studies.verify.run import run
 
-__all__ = ["VerifyConfig", "full_config", "quick_config", "run", "run_study"]
+__all__ = ["VerifyConfig", "certificate", "full_config", "quick_config", "run"]

@@ -15,12 +15,16 @@ DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 @dataclass
 class VerifyConfig:
-    """``attnreg verify`` settings: seed, dtypes, ridge λ and mesa λ, and a tolerance scale."""
+    """``attnreg verify`` settings: seed, dtypes, ridge λ and mesa λ, and the tolerances.
+
+    A row passes when its relative error is at most ``tolerance[dtype] · tol_scale`` (times
+    the design's condition number on the ill-conditioned shapes)."""
 
     seed: int = 0
     dtypes: list[str] = field(default_factory=lambda: ["float64", "float32"])
     ridge: float = 0.5
     mesa_lambda: float = 1.0
+    tolerance: dict[str, float] = field(default_factory=lambda: {"float64": 1e-10, "float32": 1e-4})
     tol_scale: float = 1.0
 
 
@@ -39,6 +43,10 @@ def check_config(cfg: VerifyConfig) -> None:
     check_positive("tol_scale", cfg.tol_scale)
     for dtype in cfg.dtypes:
         check_choice("dtype", dtype, DTYPES)
+        if dtype not in cfg.tolerance:
+            raise ValueError(f"tolerance: no entry for dtype {dtype!r}")
+    for dtype, tol in cfg.tolerance.items():
+        check_positive(f"tolerance[{dtype!r}]", tol)
 
 
 def config_dict(cfg: VerifyConfig) -> dict[str, Any]:
