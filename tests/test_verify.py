@@ -9,17 +9,17 @@ from typer.testing import CliRunner
 
 from attnreg.cli import app
 from attnreg.studies.verify import references as ref
-from attnreg.studies.verify.config import VerifyConfig
-from attnreg.studies.verify.run import (
+from attnreg.studies.verify.certificate import (
     CASES,
     SCALE_EXPONENT,
     Case,
     Check,
     _compare,
+    certificate,
     make_task,
-    run,
     scale_exponent,
 )
+from attnreg.studies.verify.config import VerifyConfig
 
 runner = CliRunner()
 KEYS = {"construction", "reference", "dtype", "shape", "max_abs_err", "rel_err", "tol", "passed"}
@@ -31,11 +31,13 @@ CONSTRUCTIONS = {
     "LSA stack, 3 layers",
     "GD++",
     "preconditioned GD",
+    "Tan & Zhao (eigh L, identity FFN)",
+    "von Oswald summary (literal)",
 }
 
 
 def test_every_construction_passes_on_every_case_and_dtype():
-    rows = run(VerifyConfig(seed=3))
+    rows = certificate(VerifyConfig(seed=3))
     assert len({r["shape"] for r in rows}) == len(CASES)
     assert {r["dtype"] for r in rows} == {"float64", "float32"}
     for word in CONSTRUCTIONS:
@@ -82,8 +84,8 @@ def test_tightened_tolerance_exits_one(tmp_path):
 
 
 def test_same_seed_same_numbers():
-    a = run(VerifyConfig(seed=5, dtypes=["float32"]))
-    b = run(VerifyConfig(seed=5, dtypes=["float32"]))
+    a = certificate(VerifyConfig(seed=5, dtypes=["float32"]))
+    b = certificate(VerifyConfig(seed=5, dtypes=["float32"]))
     # array equality: a NaN row (a construction that returned NaN) equals itself
     np.testing.assert_array_equal([r["max_abs_err"] for r in a], [r["max_abs_err"] for r in b])
 
@@ -115,7 +117,7 @@ def _case(label: str) -> Case:
 
 
 def test_the_certificate_has_every_construction_on_every_degenerate_shape():
-    rows = run(VerifyConfig(seed=2))
+    rows = certificate(VerifyConfig(seed=2))
     names = {r["construction"] for r in rows}
     for label in DEGENERATE:
         case = _case(label)
@@ -221,3 +223,15 @@ def test_a_construction_that_raises_is_a_failed_row_not_a_crash():
     with pytest.warns(RuntimeWarning, match="refused"):
         row = _compare(check, data, 0, case, "float64", VerifyConfig())
     assert row["passed"] is False and row["rel_err"] == np.inf
+
+
+def test_the_summary_states_what_the_literal_von_oswald_layer_returns():
+    import re
+
+    from attnreg.studies.verify import run as run_study
+
+    text = run_study(VerifyConfig(dtypes=["float64"])).summary["von Oswald summary, as written"]
+    plus = float(re.search(r"relative distance ([0-9.e+-]+);", text).group(1))
+    minus = float(re.search(r"off by ([0-9.]+) ", text).group(1))
+    assert plus < 1e-12  # −(W0 + ΔW0) x_q, to rounding
+    assert minus == 2.0  # the summary's (W0 − ΔW0): off by exactly 2 ΔW0 x_q

@@ -34,7 +34,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from attnreg import GD, LSAStack
+from attnreg import GD, LSAStack, VonOswaldSummaryLayer
 from attnreg.data.tasks import query_loss, von_oswald_tasks
 from attnreg.models import TrainableLSA
 from attnreg.training import TrainConfig, train
@@ -150,6 +150,36 @@ for steps in (1, 2, 5, 10):
     errors[steps] = np.abs(deep.predict(x_ctx, y_ctx, x_q).numpy() - ref).max()
     print(f"{steps:2d} layers vs {steps:2d} GD steps: max abs error {errors[steps]:.2e}")
 assert max(errors.values()) <= 1e-12, errors
+
+# %% [markdown]
+# ## The construction exactly as the summary writes it
+#
+# The summary "Self-Attention Mimicking Gradient Descent" writes the construction with the
+# targets **first**, `e_i = (y_i, x_i)`, the query token `(−W0 x_q, x_q)`, the blocks
+# `W_Kᵀ W_Q = [[0, 0], [0, I_x]]` and `P W_V = [[−η I_y, η W0], [0, 0]]`, and a context sum
+# that is **not** divided by N: one layer then makes the step
+# `ΔW0 = η Σ_i (y_i − W0 x_i) x_iᵀ` of gradient descent on `½ Σ_i ‖W x_i − y_i‖²`.
+# `attnreg.VonOswaldSummaryLayer` is that layer, on the same attention core:
+
+# %%
+literal = VonOswaldSummaryLayer(d, dy, eta=eta, w0=w0)
+print("W_K^T W_Q  (rows/cols: y x1 x2 x3)\n", literal.key_query(0))
+print("P W_V\n", literal.value_projection(0))
+x0, y0, q0 = (torch.as_tensor(a[0]) for a in (x_ctx, y_ctx, x_q))
+delta = eta * (y0.numpy() - x0.numpy() @ w0.numpy().T).T @ x0.numpy()  # the plain sum
+y_entry = literal.query_tokens(x0, y0, q0)[:, :dy].numpy()
+plus = np.abs(y_entry + q0.numpy() @ (w0.numpy() + delta).T).max()
+minus = np.abs(y_entry + q0.numpy() @ (w0.numpy() - delta).T).max()
+print(f"y-entry vs −(W0 + ΔW0) x_q: max abs error {plus:.1e}")
+print(f"y-entry vs −(W0 − ΔW0) x_q: max abs error {minus:.2f}")
+assert plus <= 1e-12 and minus > 0.1
+
+# %% [markdown]
+# So the query's y-entry after the layer is `−(W0 + ΔW0) x_q`, and the prediction (minus that
+# entry) is the gradient-descent update `W1 x_q = (W0 + ΔW0) x_q`. The summary's closing
+# formula `(W0 − ΔW0) x` has the sign of `ΔW0` reversed. attnreg's own `LSAStack.gd` writes the
+# inputs first and averages over the context (`η` per example is `η/N` here); `attnreg verify`
+# checks both layouts against a gradient-descent loop on every shape of its certificate.
 
 # %% [markdown]
 # ## A trained layer finds gradient descent

@@ -109,6 +109,28 @@ print(
 assert max(err_centred, err_raw, err_coef) <= 1e-10
 
 # %% [markdown]
+# ### The layer exactly as the paper writes it
+#
+# attnreg's default `L` comes from its whitening (a factor with `L Lᵀ = S⁺`, the numerical null
+# space of `X` dropped). The paper writes `L = V Λ^{-1/2}` from the eigendecomposition
+# `S = V Λ Vᵀ`, and its layer has a feed-forward block `W_FFN = I` between the attention and
+# `W_P`. `OLSTransformer(convention="tan-zhao")` is that layer (and
+# `OLSTransformerRegressor(convention="tan-zhao")` its scikit-learn estimator):
+
+# %%
+literal = OLSTransformer(convention="tan-zhao").fit(X, Y)
+L_eig = literal.w_q[0].numpy()
+lam, V = np.linalg.eigh(S)
+print("L^T S L = I:", np.abs(L_eig.T @ S @ L_eig - np.eye(d)).max().round(12) == 0)
+print("W_FFN == I:", torch.equal(literal.ffn.weight, torch.eye(d, dtype=literal.ffn.weight.dtype)))
+err_literal = np.abs(literal(X)[0].numpy() - ref).max() / np.abs(ref).max()
+ref_l = (V / np.sqrt(lam))[:, ::-1]  # numpy's eigh: ascending; the layer: descending λ
+err_columns = np.abs(np.abs(L_eig) - np.abs(ref_l)).max() / np.abs(L_eig).max()
+print(f"literal layer vs LinearRegression: max relative error {err_literal:.1e}")
+print(f"|L| vs |V Λ^(-1/2)| from numpy's eigh (columns up to sign): {err_columns:.1e}")
+assert max(err_literal, err_columns) <= 1e-9
+
+# %% [markdown]
 # ## On its own context, the attention is the hat matrix
 #
 # `run_with_cache` runs the forward pass with every hook point of the attention core recorded.

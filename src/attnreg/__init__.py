@@ -4,7 +4,13 @@ Every predictor answers ``predict(x_ctx, y_ctx, x_query)`` batched over tasks
 ``(B, N, d), (B, N, dy), (B, M, d) -> (B, M, dy)``; every one is ``sep(X* M Xᵀ) · Y``.
 """
 
-from attnreg.constructions import LSAStack, MesaLayer, OLSAttention, OLSTransformer
+from attnreg.constructions import (
+    LSAStack,
+    MesaLayer,
+    OLSAttention,
+    OLSTransformer,
+    VonOswaldSummaryLayer,
+)
 from attnreg.core import RankWarning, associate, whitening_matrix
 from attnreg.estimators import (
     GD,
@@ -55,6 +61,7 @@ __all__ = [
     "RankWarning",
     "Ridge",
     "UniversalHopfieldMemory",
+    "VonOswaldSummaryLayer",
     "__version__",
     "associate",
     "explain",

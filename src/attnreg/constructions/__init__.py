@@ -1,7 +1,8 @@
 """Weight factories: transformer modules whose weights make their forward pass an estimator."""
 
+from attnreg.constructions.literal import VonOswaldSummaryLayer
 from attnreg.constructions.lsa import LSAStack
 from attnreg.constructions.mesa import MesaLayer
 from attnreg.constructions.ols import OLSAttention, OLSTransformer
 
-__all__ = ["LSAStack", "MesaLayer", "OLSAttention", "OLSTransformer"]
+__all__ = ["LSAStack", "MesaLayer", "OLSAttention", "OLSTransformer", "VonOswaldSummaryLayer"]

@@ -13,6 +13,9 @@ weights hold η). von Oswald et al. (2023), "Transformers learn in-context by gr
   *sum*, as in the paper; the layer averages, so it holds ``γ·N`` and is built for context
   size N).
 * Preconditioned GD: ``KQ = [[Γ, 0], [0, 0]]``.
+
+The same step in the layout a published summary writes (targets first, ``e_i = (y_i, x_i)``, an
+un-normalised context sum) is :class:`attnreg.constructions.literal.VonOswaldSummaryLayer`.
 """
 
 from __future__ import annotations

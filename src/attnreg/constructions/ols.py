@@ -5,6 +5,10 @@ identity separation): ``fit`` computes the whitening ``L`` (``L Lᵀ = (S_c + λ
 :func:`attnreg.core.whitening.whitening_matrix`) and the output projection from the context;
 the forward pass is the core's, with its hook points ``attn.hook_q`` … ``attn.hook_output``.
 
+``OLSTransformer(convention="tan-zhao")`` is Tan & Zhao's layer as their paper writes it: ``L``
+from the eigendecomposition ``S = V Λ Vᵀ`` (``method="eigh"``) and an identity feed-forward
+block (:class:`FeedForward`) applied between the attention and ``W_P``.
+
 Exact on the data users have: X's numerical null space (zero, constant-with-intercept or
 collinear columns, ``N < d``) is dropped, which is the pseudo-inverse without ridge and exact
 ridge with it; each task's data is rescaled by a power of two when its magnitude would make
@@ -28,6 +32,10 @@ from attnreg.core.validation import (
     check_tasks,
 )
 from attnreg.core.whitening import COVARIANCES, METHODS, Whitening, whitening_matrix
+
+CONVENTIONS = ("package", "tan-zhao")
+"""``OLSTransformer`` conventions: the package's (``L`` by SVD, no feed-forward block) and Tan &
+Zhao's as written (``L`` by ``eigh`` of ``S``, an identity feed-forward block applied)."""
 
 
 class _RegressionLayer(Hooked):
@@ -119,6 +127,32 @@ class _RegressionLayer(Hooked):
         raise NotImplementedError  # pragma: no cover - every layer has its own forward
 
 
+class FeedForward(torch.nn.Module):
+    """The feed-forward block of Tan & Zhao's layer, ``h ↦ h W_FFN`` with ``W_FFN = I`` (``d × d``).
+
+    It is applied (a real matrix product, exact: every entry is multiplied by 1 and the others
+    by 0) so the layer has the paper's blocks; its weight is set by :meth:`build` at ``fit``, and
+    its output flows through the hook point ``hook_output``."""
+
+    weight: torch.Tensor | None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_parameter("weight", None)
+        self.hook_output = HookPoint()
+
+    def build(self, d: int, dtype: torch.dtype, device: torch.device) -> None:
+        """Set ``W_FFN = I_d``."""
+        eye = torch.eye(d, dtype=dtype, device=device)
+        self.weight = torch.nn.Parameter(eye, requires_grad=False)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """``h W_FFN`` for ``h`` ``(B, M, d)``."""
+        if self.weight is None:
+            raise RuntimeError("FeedForward: call build(d, dtype, device) first")
+        return self.hook_output(h @ self.weight)
+
+
 class OLSTransformer(_RegressionLayer):
     """Tan & Zhao (arXiv 2604.13656), "Ordinary Least Squares is a Special Case of Transformer".
 
@@ -133,7 +167,43 @@ class OLSTransformer(_RegressionLayer):
     ``G = Lᵀ S_c L = (XL)ᵀ(XL)/c`` (the factor the attention itself applies) keeps the tied weights
     and gives ridge predictions. Slow memory: ``L, P``; fast memory: the keys ``X L`` and the
     scores ``X* S⁻¹ Xᵀ`` (hook ``attn.hook_scores``).
+
+    ``convention="tan-zhao"``: the layer as the paper writes it. ``L = V Λ^{-1/2}`` from the
+    symmetric eigendecomposition ``S = V Λ Vᵀ`` (``method="eigh"``, the only method it takes;
+    eigenvalues at or below ``max(N, d)·eps·λ_max`` are X's numerical null space and get a zero
+    column, as in the package's whitening, so it stays exact on rank-deficient data), and the
+    identity feed-forward block ``W_FFN = I`` (:class:`FeedForward`, module ``ffn``, hook
+    ``ffn.hook_output``) applied between the attention and ``W_P``:
+
+    ``out = ((X* L)(X L)ᵀ (X L) / c) W_FFN P``,   ``P = Lᵀ XᵀY / c``.
+
+    With ``covariance="gram"`` (the default) ``S = XᵀX`` and ``P = Lᵀ XᵀY``, ``L P = β̂`` exactly as
+    written; ``covariance="mean"`` is the empirical covariance ``XᵀX / N`` with the ``1/N`` on the
+    scores and on ``P``. Its accuracy is the normal equations' (``u · κ(S)``), as for ``"eigh"``.
+    The default ``convention="package"`` computes the same layer from the SVD of ``X``, without
+    the feed-forward block.
     """
+
+    def __init__(
+        self,
+        ridge: float = 0.0,
+        covariance: str = "gram",
+        method: str | None = None,
+        rtol: float | None = None,
+        convention: str = "package",
+    ) -> None:
+        convention = check_choice("convention", convention, CONVENTIONS)
+        literal = convention == "tan-zhao"
+        if method is None:
+            method = "eigh" if literal else "svd"
+        elif literal and method != "eigh":
+            raise ValueError(
+                f"method: convention='tan-zhao' computes L by the eigendecomposition of S "
+                f"(method='eigh'); got method={method!r}"
+            )
+        super().__init__(ridge, covariance, method, rtol)
+        self.convention = convention
+        self.ffn: FeedForward | None = FeedForward() if literal else None
 
     def _set_weights(self, white: Whitening, x: torch.Tensor, y: torch.Tensor) -> None:
         keys, proj = self._keys_projection(white, x, y, slice(None))
@@ -158,13 +228,16 @@ class OLSTransformer(_RegressionLayer):
         self.w_v = torch.nn.Parameter(lmat, requires_grad=False)
         self.w_p = torch.nn.Parameter(proj, requires_grad=False)
         self.register_buffer("keys", keys, persistent=False)
+        if self.ffn is not None:
+            self.ffn.build(lmat.shape[-1], lmat.dtype, lmat.device)
 
     def _fit_attend(self, x: torch.Tensor, y: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
         """Whiten, then build and run the layer one block of about 1 MiB of tasks at a time
         (:func:`attnreg.core.attention.task_blocks`): a block's keys serve ``W_P`` and the
         forward pass while they are still in cache. With a hook registered, the whole batch
-        at once (so every hook sees every task)."""
-        if any(m.active for m in self.attn.modules() if isinstance(m, HookPoint)):
+        at once (so every hook sees every task), and so with the feed-forward block."""
+        hooked = any(m.active for m in self.attn.modules() if isinstance(m, HookPoint))
+        if hooked or self.ffn is not None:
             return super()._fit_attend(x, y, xq)
         x, y = self._whiten(x, y)
         white = self._white()
@@ -198,20 +271,27 @@ class OLSTransformer(_RegressionLayer):
 
     def _forward(self, xq: torch.Tensor) -> torch.Tensor:
         """``(X* W_Q)(X W_K)ᵀ (X W_V) W_P / c`` through the core; the tied ``W_K = W_V`` project
-        the context once."""
+        the context once. With the feed-forward block (``convention="tan-zhao"``) the core
+        returns the attention output ``(B, M, d)``, the block applies ``W_FFN``, then ``W_P``."""
         if self.keys is None:
             self.keys = project(self.context, self.w_k)
         tied = self.w_k.data_ptr() == self.w_v.data_ptr() and self.w_k.shape == self.w_v.shape
         values = self.keys if tied else project(self.context, self.w_v)
         q = project(xq, self.w_q)
-        return self.attn(q, self.keys, values, w_o=self.w_p, beta=1.0 / self.scale)
+        if self.ffn is None:
+            return self.attn(q, self.keys, values, w_o=self.w_p, beta=1.0 / self.scale)
+        hidden = self.attn(q, self.keys, values, beta=1.0 / self.scale)
+        return project(self.ffn(hidden), self.w_p)
 
     @property
     def coefficients(self) -> torch.Tensor:
-        """``β̂ = W_Q (X W_K)ᵀ (X W_V) W_P / c`` of shape ``(B, d, dy)``: the linear map the layer
-        applies to a query (``= L P`` when ``λ = 0``), in the caller's units."""
+        """``β̂ = W_Q (X W_K)ᵀ (X W_V) [W_FFN] W_P / c`` of shape ``(B, d, dy)``: the linear map the
+        layer applies to a query (``= L P`` when ``λ = 0``), in the caller's units."""
         ctx = self.context
-        beta = self.w_q @ ((ctx @ self.w_k).mT @ (ctx @ self.w_v)) @ self.w_p / self.scale
+        attended = self.w_q @ ((ctx @ self.w_k).mT @ (ctx @ self.w_v))
+        if self.ffn is not None and self.ffn.weight is not None:
+            attended = attended @ self.ffn.weight
+        beta = attended @ self.w_p / self.scale
         return self.rescaling.outputs(self.rescaling.queries(beta.mT).mT)
 
 

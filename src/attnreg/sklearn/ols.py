@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from attnreg.constructions.ols import OLSTransformer
+from attnreg.constructions.ols import CONVENTIONS, OLSTransformer
 from attnreg.core.validation import check_choice, check_nonnegative
 from attnreg.core.whitening import COVARIANCES, RankWarning
 
@@ -33,6 +33,12 @@ class OLSTransformerRegressor(RegressorMixin, BaseEstimator):
         Centre ``X`` and ``y`` and fit an unpenalised intercept.
     covariance : {"gram", "mean"}, default "gram"
         ``S = XᵀX`` or ``S = XᵀX / n``.
+    convention : {"package", "tan-zhao"}, default "package"
+        ``"package"``: ``L`` from the SVD of ``X``. ``"tan-zhao"``: the layer as Tan & Zhao write
+        it, ``L = V Λ^{-1/2}`` from the eigendecomposition ``S = V Λ Vᵀ`` and an identity
+        feed-forward block ``W_FFN = I`` applied before ``W_P``
+        (:class:`attnreg.constructions.OLSTransformer`); the same predictions, to the normal
+        equations' accuracy ``u · κ(S)``.
 
     Attributes
     ----------
@@ -44,11 +50,16 @@ class OLSTransformerRegressor(RegressorMixin, BaseEstimator):
     """
 
     def __init__(
-        self, ridge: float = 0.0, fit_intercept: bool = True, covariance: str = "gram"
+        self,
+        ridge: float = 0.0,
+        fit_intercept: bool = True,
+        covariance: str = "gram",
+        convention: str = "package",
     ) -> None:
         self.ridge = ridge
         self.fit_intercept = fit_intercept
         self.covariance = covariance
+        self.convention = convention
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -60,6 +71,7 @@ class OLSTransformerRegressor(RegressorMixin, BaseEstimator):
         """Build the attention layer from ``(X, y)``; returns ``self``."""
         check_nonnegative("ridge", self.ridge)
         check_choice("covariance", self.covariance, COVARIANCES)
+        check_choice("convention", self.convention, CONVENTIONS)
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64)
         y2 = y.reshape(len(y), -1).astype(np.float64)
         x_mean = X.mean(axis=0) if self.fit_intercept else np.zeros(X.shape[1])
@@ -68,7 +80,9 @@ class OLSTransformerRegressor(RegressorMixin, BaseEstimator):
         yc = torch.from_numpy(y2 - y_mean).unsqueeze(0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RankWarning)
-            self.layer_ = OLSTransformer(ridge=self.ridge, covariance=self.covariance).fit(xc, yc)
+            self.layer_ = OLSTransformer(
+                ridge=self.ridge, covariance=self.covariance, convention=self.convention
+            ).fit(xc, yc)
         assert self.layer_.whitening is not None
         self.rank_ = int(self.layer_.whitening.rank[0])
         if self.rank_ < X.shape[1] and self.ridge == 0:

@@ -66,6 +66,19 @@ def gd_loop(
     return xq @ w.T
 
 
+def gd_sum_loop(x: Array, y: Array, xq: Array, etas: list[float], w0: Array) -> Array:
+    """Explicit GD on the summed loss ``½ Σ_i ‖W x_i − y_i‖²`` (no ``1/N``) from ``W0``:
+    ``W ← W − η Σ_i (W x_i − y_i) x_iᵀ``, one sample at a time in the gradient sum; returns
+    ``X* Wᵀ`` after the steps (the von Oswald summary's convention)."""
+    w = w0.copy()
+    for eta in etas:
+        grad = np.zeros_like(w)
+        for i in range(x.shape[0]):
+            grad += np.outer(w @ x[i] - y[i], x[i])
+        w = w - eta * grad
+    return xq @ w.T
+
+
 def gd_plus_plus_loop(
     x: Array, y: Array, xq: Array, etas: list[float], gammas: list[float]
 ) -> Array:
