@@ -8,7 +8,10 @@
 * :class:`DenseAssociativeMemory` — Krotov & Hopfield (2016), ``F(x) = xⁿ``: ``∝ d^{n−1}``;
 * :class:`ModernHopfield` — softmax (Demircigil et al. 2017; Ramsauer et al. 2020):
   exponential in ``d``;
-* :class:`UniversalHopfieldMemory` — any similarity × separation cell of the grid.
+* :class:`UniversalHopfieldMemory` — any similarity × separation cell of the grid;
+* :class:`EnergyMemory` — one energy ``E_F(ξ) = −Σ_i F(s_i) + ½ ξᵀξ`` with the whitened
+  similarity ``s = G^{-1/2} K ξ``: ``F`` quadratic (the projection, capacity ``d``), ``|s|ⁿ/n``
+  (polynomial) or softmax (exponential) — :mod:`attnreg.memory.energy`.
 
 :class:`MemoryRegressor` reads a hetero-associative memory as an in-context regressor
 (``predict(x_ctx, y_ctx, x_query)``: keys ``x``, values ``y``): the pseudo-inverse memory is the
@@ -22,18 +25,30 @@ from attnreg.memory.classical import (
     PseudoInverseMemory,
     dam_capacity_theory,
 )
+from attnreg.memory.energy import (
+    ENERGIES,
+    EnergyMemory,
+    family_energy,
+    family_step,
+    whitened_patterns,
+)
 from attnreg.memory.modern import GRID_SIMILARITIES, ModernHopfield, UniversalHopfieldMemory
 from attnreg.memory.regressor import MemoryRegressor
 
 __all__ = [
+    "ENERGIES",
     "GRID_SIMILARITIES",
     "DenseAssociativeMemory",
+    "EnergyMemory",
     "HebbianMemory",
     "MemoryRegressor",
     "ModernHopfield",
     "PseudoInverseMemory",
     "UniversalHopfieldMemory",
     "dam_capacity_theory",
+    "family_energy",
+    "family_step",
     "krotov_hopfield_coefficients",
     "polynomial_associate",
+    "whitened_patterns",
 ]

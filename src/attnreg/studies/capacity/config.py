@@ -12,7 +12,8 @@ from attnreg.core.validation import check_choice, check_positive, check_positive
 class CapacityConfig:
     """Settings of ``attnreg capacity`` (defaults: the quick profile). ``workers``: processes
     for the ``N_max(d)`` curves (0: one per torch intra-op thread, so a report cell given one
-    thread stays in its process); the numbers do not depend on it."""
+    thread stays in its process); the numbers do not depend on it. ``min_softmax_growth_r2``:
+    the check that softmax's ``log2 N_max`` is linear in ``d`` needs at least this R²."""
 
     seed: int = 0
     seeds: int = 3
@@ -43,6 +44,25 @@ class CapacityConfig:
     digits_tolerance: float = 0.02
     n_limit: int = 2**22
     workers: int = 0
+    min_softmax_growth_r2: float = 0.95
+    energy_quadratic_d: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
+    energy_power3_d: list[int] = field(default_factory=lambda: [16, 24, 32, 48, 64])
+    energy_power4_d: list[int] = field(default_factory=lambda: [12, 16, 20, 24, 32])
+    energy_softmax_d: list[int] = field(default_factory=lambda: [10, 12, 14, 16, 18, 20, 22, 24])
+    energy_softmax_beta: float = 1.0
+    energy_flips: int = 1
+    energy_check_d: int = 16
+    energy_check_n: list[int] = field(default_factory=lambda: [8, 64])
+    energy_check_steps: int = 3
+    energy_check_queries: int = 64
+    max_energy_increase: float = 1e-10
+    max_cccp_shortfall: float = 1e-10
+    ols_energy_cases: list[list[int]] = field(
+        default_factory=lambda: [[64, 8], [256, 16], [1024, 32]]
+    )
+    max_ols_error_over_bound: float = 1.0
+    cost_queries: int = 256
+    cost_repeats: int = 5
 
 
 def quick_config() -> CapacityConfig:
@@ -65,6 +85,10 @@ def full_config() -> CapacityConfig:
         sphere_d=[8, 12, 16, 20, 24],
         grid_random_d=32,
         digits_n=[100, 300, 1000, 1797],
+        energy_quadratic_d=[16, 32, 64, 128, 256],
+        energy_power3_d=[16, 24, 32, 48, 64, 96],
+        energy_power4_d=[12, 16, 20, 24, 32, 48],
+        energy_softmax_d=[10, 12, 14, 16, 18, 20, 22, 24, 26],
     )
 
 
@@ -79,15 +103,62 @@ def check_config(config: CapacityConfig) -> None:
     check_positive_int("grid_power", config.grid_power)
     check_positive_int("softmax_flips", config.softmax_flips)
     check_positive_int("grid_random_d", config.grid_random_d)
-    for name in ("softmax_beta", "grid_beta", "sphere_tolerance", "digits_tolerance"):
+    for name in (
+        "energy_flips",
+        "energy_check_d",
+        "energy_check_steps",
+        "energy_check_queries",
+        "cost_queries",
+        "cost_repeats",
+    ):
+        check_positive_int(name, getattr(config, name))
+    for n in config.energy_check_n:
+        check_positive_int("energy_check_n", n)
+    for case in config.ols_energy_cases:
+        if len(case) != 2 or not all(isinstance(v, int) and v > 0 for v in case):
+            raise ValueError(f"ols_energy_cases: every case must be [N, d] integers, got {case!r}")
+        if case[0] <= case[1]:
+            raise ValueError(f"ols_energy_cases: every case needs N > d, got {case!r}")
+    for name in (
+        "softmax_beta",
+        "grid_beta",
+        "sphere_tolerance",
+        "digits_tolerance",
+        "min_softmax_growth_r2",
+        "energy_softmax_beta",
+        "max_energy_increase",
+        "max_cccp_shortfall",
+        "max_ols_error_over_bound",
+    ):
         check_positive(name, getattr(config, name))
     for eps in [config.epsilon, *config.hebbian_epsilons]:
         if not 0 < eps < 1:
             raise ValueError(f"epsilon: must lie in (0, 1), got {eps}")
     check_choice("hebbian_dynamics", config.hebbian_dynamics, ("synchronous", "asynchronous"))
-    for name in ("pinv_d", "hebbian_d", "dam2_d", "dam3_d", "dam4_d", "softmax_d", "sphere_d"):
+    for name in (
+        "pinv_d",
+        "hebbian_d",
+        "dam2_d",
+        "dam3_d",
+        "dam4_d",
+        "softmax_d",
+        "sphere_d",
+        "energy_quadratic_d",
+        "energy_power3_d",
+        "energy_power4_d",
+        "energy_softmax_d",
+    ):
         for d in getattr(config, name):
             check_positive_int(name, d)
+    energy_dims = [
+        config.energy_check_d,
+        *config.energy_quadratic_d,
+        *config.energy_power3_d,
+        *config.energy_power4_d,
+        *config.energy_softmax_d,
+    ]
+    if config.energy_flips > min(energy_dims):
+        raise ValueError(f"energy_flips: more flips than dimensions ({config.energy_flips})")
     for n in config.digits_n:
         if not 1 <= n <= 1797:
             raise ValueError(f"digits_n: every N must lie in 1..1797, got {n}")

@@ -4,7 +4,6 @@ and corrupted digit queries next to their retrievals."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -16,7 +15,6 @@ import torch
 
 from attnreg.core.attention import SEPARATIONS
 from attnreg.memory import GRID_SIMILARITIES
-from attnreg.output import save_figure
 from attnreg.studies.capacity.config import CapacityConfig
 from attnreg.studies.capacity.families import DIGITS_PANEL_CELLS
 from attnreg.studies.common import FigureRecord
@@ -106,6 +104,91 @@ def capacity_figure(rows: list[dict[str, Any]]) -> plt.Figure:
     return fig
 
 
+ENERGY_STYLE = (
+    ("quadratic", "C0", "s^2/2 (projection)"),
+    ("power3", "C1", "|s|^3/3"),
+    ("power4", "C2", "|s|^4/4"),
+    ("softmax", "C3", "softmax, beta = beta0 sqrt N"),
+)
+
+
+def energy_family_figure(rows: list[dict[str, Any]]) -> plt.Figure:
+    """The energy family ``E_F = −Σ F(s_i) + ½ξᵀξ`` with one whitened similarity: ``N_max(d)``
+    per ``F`` on log–log and on semi-log axes (pattern read-out), and at the state read-out."""
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    for key, color, label in ENERGY_STYLE:
+        d, n, sd, theory = _curve(rows, f"energy:{key}@pattern")
+        if len(d):
+            for ax in axes[:2]:
+                ax.errorbar(d, _positive(n), yerr=sd, fmt="o-", color=color, label=label)
+                ax.plot(d, _positive(theory), ":", color=color)
+        d, n, sd, _ = _curve(rows, f"energy:{key}@state")
+        if len(d):
+            axes[2].errorbar(d, _positive(n), yerr=sd, fmt="s-", color=color, label=label)
+    quad, *_ = _curve(rows, "energy:quadratic@pattern")
+    if len(quad):
+        axes[2].plot(quad, quad, "k--", label="d (clean-query capacity of P)")
+    axes[0].set(
+        xscale="log",
+        yscale="log",
+        title="pattern read-out K^T F'(s): log-log\n(dotted: d/2, Krotov-Hopfield, nearest "
+        "pattern)",
+    )
+    axes[1].set(yscale="log", title="pattern read-out: semi-log (exponential = straight line)")
+    axes[2].set(
+        xscale="log",
+        yscale="log",
+        title="state read-out K~^T F'(s) (the step itself):\nwhitened attractors cap it near d",
+    )
+    for ax in axes:
+        ax.set_xlabel("d")
+        ax.set_ylabel("N_max")
+        ax.legend(fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle("one energy family, one whitened similarity s = G^-1/2 K xi, only F varies")
+    fig.tight_layout()
+    return fig
+
+
+def energy_cost_figure(rows: list[dict[str, Any]]) -> plt.Figure:
+    """Efficiency against memory density: time per retrieval and state bytes per stored
+    pattern, each against ``N_max``, one point per energy family and ``d``."""
+    cost = [r for r in rows if r["kind"] == "energy_cost"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    for key, color, label in ENERGY_STYLE:
+        mine = sorted((r for r in cost if r["energy"] == key), key=lambda r: r["d"])
+        if not mine:
+            continue
+        n = np.array([r["n_max"] for r in mine])
+        us = np.array([r["seconds_per_retrieval"] * 1e6 for r in mine])
+        per = np.array([r["bytes_per_pattern"] for r in mine])
+        for ax, y in ((axes[0], us), (axes[1], per)):
+            ax.plot(n, y, "o-", color=color, label=label)
+            for r, x, v in zip(mine, n, y, strict=True):
+                ax.annotate(
+                    f"d={r['d']}", (x, v), fontsize=6, xytext=(3, 3), textcoords="offset points"
+                )
+    axes[0].set(
+        xscale="log",
+        yscale="log",
+        xlabel="N_max (patterns stored at capacity)",
+        ylabel="µs per retrieval (one step, one thread)",
+        title="efficiency: time per retrieval",
+    )
+    axes[1].set(
+        xscale="log",
+        yscale="log",
+        xlabel="N_max (patterns stored at capacity)",
+        ylabel="bytes of retrieval state per stored pattern",
+        title="memory density: bytes per pattern",
+    )
+    for ax in axes:
+        ax.legend(fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 def grid_figure(rows: list[dict[str, Any]]) -> plt.Figure:
     """Heatmaps of the Universal Hopfield grid: digits recall per (query, N), random N_max."""
     recall = [r for r in rows if r["kind"] == "recall"]
@@ -189,9 +272,9 @@ def make_figures(
     rows: list[dict[str, Any]],
     panel: dict[str, torch.Tensor],
     config: CapacityConfig,
-    out_dir: str | Path,
 ) -> list[FigureRecord]:
-    """Save the three figures (PNG + SVG) into ``out_dir``; return their records."""
+    """The figures: capacity curves, UHN grid, the energy family and its cost (when
+    measured), and the digits panel (when measured)."""
     profile = f"seed {config.seed}, {config.seeds} seeds, eps = {config.epsilon:g}"
     records = []
     specs = [
@@ -207,6 +290,26 @@ def make_figures(
             f"{config.grid_beta:g}, power = {config.grid_power}).",
         ),
     ]
+    if any(r.get("family", "").startswith("energy:") for r in rows):
+        specs.append(
+            (
+                "capacity_energy_family",
+                energy_family_figure(rows),
+                f"Energy family E_F = -sum F(s_i) + xi^T xi / 2 with the whitened similarity "
+                f"s = G^-1/2 K xi: N_max(d) per F, ±1 patterns, {config.energy_flips} flipped "
+                f"bit(s), softmax beta = {config.energy_softmax_beta:g} sqrt N ({profile}).",
+            )
+        )
+    if any(r["kind"] == "energy_cost" for r in rows):
+        specs.append(
+            (
+                "capacity_energy_cost",
+                energy_cost_figure(rows),
+                f"Efficiency vs memory density of the energy family at N_max: time per "
+                f"retrieval ({config.cost_queries} queries, best of {config.cost_repeats}) and "
+                f"bytes of retrieval state per stored pattern ({profile}).",
+            )
+        )
     if panel:
         specs.append(
             (
@@ -216,6 +319,5 @@ def make_figures(
             )
         )
     for stem, fig, caption in specs:
-        paths = save_figure(fig, out_dir, stem)
-        records.append(FigureRecord(paths[0], caption))
+        records.append(FigureRecord(stem, caption, fig))
     return records

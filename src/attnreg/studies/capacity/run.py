@@ -7,7 +7,10 @@ pseudo-inverse memory), and averaged over seeds. Every evaluation draws its patt
 queries from a generator seeded by ``(seed, family, d, N)``, so the same config and seed give
 the same numbers. Families and criteria: :mod:`attnreg.studies.capacity.families`. The
 Universal Hopfield grid (Millidge et al. 2022) is measured on digits as the recall fraction at
-fixed ``N`` and on random ±1 patterns as ``N_max``.
+fixed ``N`` and on random ±1 patterns as ``N_max``. The energy family
+(:mod:`attnreg.studies.capacity.energy`) holds the whitened similarity fixed and varies only the
+separation ``F`` (projection, ``|s|ⁿ/n``, softmax); it adds the energy-descent rows, the
+OLS-Transformer-as-one-quadratic-step rows and the cost rows.
 """
 
 from __future__ import annotations
@@ -23,36 +26,36 @@ from attnreg.core.attention import SEPARATIONS
 from attnreg.core.threads import torch_threads
 from attnreg.core.whitening import ConditioningWarning, RankWarning
 from attnreg.memory import GRID_SIMILARITIES
+from attnreg.progress import Progress
 from attnreg.studies.capacity import families as fam
 from attnreg.studies.capacity.config import CapacityConfig, check_config
-from attnreg.studies.capacity.sweeps import Progress, capacity_row, families, task_count
+from attnreg.studies.capacity.energy import (
+    cost_rows,
+    energy_capacity_rows,
+    energy_check_rows,
+    energy_families,
+    ols_energy_rows,
+)
+from attnreg.studies.capacity.sweeps import Tick, capacity_row, families, task_count
 from attnreg.studies.common import StudyResult
 
 JSON_KEYS = ("model", "patterns", "query", "d", "n_max", "n_max_theory", "epsilon", "seeds")
 
 
-def run(
-    config: CapacityConfig | None = None,
-    out_dir: str | None = None,
-    progress: Progress | bool | None = None,
-) -> StudyResult:
-    """Measure every family's ``N_max(d)``, the pseudo-inverse exactness check and the digits
-    grid; write the figures into ``out_dir`` (if given); return the rows and the summary.
-    ``progress``: a callback ``tick(label)`` per finished unit of work, or ``True`` for a
-    progress bar on stderr."""
+def run(config: CapacityConfig | None = None, progress: Progress | None = None) -> StudyResult:
+    """Measure every family's ``N_max(d)`` (the energy family's at both read-outs), the energy
+    descent, the OLS-Transformer as one quadratic step, the cost at ``N_max``, the
+    pseudo-inverse exactness check and the digits grid; return the rows, figures, summary and
+    checks (writes nothing). ``progress`` shows one
+    stage with a step per finished search."""
     config = config or CapacityConfig()
     check_config(config)
-    if progress is True:
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-        from rich.progress import Progress as Bar
+    progress = progress or Progress.quiet()
+    with progress.stage("capacity searches", total=task_count(config)) as stage:
+        return _run(config, lambda label: stage.advance(label=label))
 
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-        with Bar(*columns, TimeElapsedColumn(), transient=True) as bar:
-            task = bar.add_task("capacity", total=task_count(config))
-            return run(
-                config, out_dir, lambda label: bar.update(task, advance=1, description=label)
-            )
-    tick = progress if callable(progress) else (lambda label: None)
+
+def _run(config: CapacityConfig, tick: Tick) -> StudyResult:
     rows: list[dict[str, Any]] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RankWarning)
@@ -66,17 +69,27 @@ def run(
             for family in families(config):
                 for d in family.dims:
                     rows.append(capacity_row(config, family, d, tick))
+            for energy in energy_families(config):
+                for d in energy.dims:
+                    rows.extend(energy_capacity_rows(config, energy, d, tick))
+        with torch_threads(1):
+            rows.extend(energy_check_rows(config))
+            rows.extend(ols_energy_rows(config))
+        rows.extend(cost_rows(config, rows))
         rows.extend(_pinv_check(config, tick))
         grid_rows, panel = _digits_grid(config, tick)
         rows.extend(grid_rows)
     from attnreg.studies.capacity.figures import make_figures
-    from attnreg.studies.capacity.summary import summarize
+    from attnreg.studies.capacity.summary import capacity_checks, summarize
 
-    figures = make_figures(rows, panel, config, out_dir) if out_dir is not None else []
-    return StudyResult("capacity", asdict(config), rows, figures, summarize(rows, config))
+    figures = make_figures(rows, panel, config)
+    summary = summarize(rows, config)
+    return StudyResult(
+        "capacity", asdict(config), rows, figures, summary, capacity_checks(rows, config)
+    )
 
 
-def _pinv_check(config: CapacityConfig, tick: Progress) -> list[dict[str, Any]]:
+def _pinv_check(config: CapacityConfig, tick: Tick) -> list[dict[str, Any]]:
     """For each ``d``: is recall exact for every ``N ≤ d`` and inexact for every ``d < N ≤ 2d``
     (every stored key queried; seed ``config.seed``)?"""
     success = fam.pinv_success(config.device)
@@ -105,7 +118,7 @@ def _pinv_check(config: CapacityConfig, tick: Progress) -> list[dict[str, Any]]:
 
 
 def _digits_grid(
-    config: CapacityConfig, tick: Progress
+    config: CapacityConfig, tick: Tick
 ) -> tuple[list[dict[str, Any]], dict[str, torch.Tensor]]:
     """Recall fraction of every similarity × separation cell on digits, at each ``N``."""
     images = fam.load_digits_images(config.device)
@@ -121,7 +134,7 @@ def _digits_cells(
     images: torch.Tensor,
     rows: list[dict[str, Any]],
     panel: dict[str, torch.Tensor],
-    tick: Progress,
+    tick: Tick,
 ) -> None:
     for n in config.digits_n:
         for query in ("mask", "noise"):

@@ -9,6 +9,7 @@ import numpy as np
 
 from attnreg.studies.capacity.config import CapacityConfig
 from attnreg.studies.capacity.families import HEBBIAN_ALPHA
+from attnreg.studies.common import check
 
 STRONG = ("power", "softmax", "max")
 
@@ -160,6 +161,147 @@ def summarize_digits(rows: list[dict[str, Any]]) -> dict[str, str]:
     }
 
 
+ENERGY_LAWS = {
+    "quadratic": "linear",
+    "power3": "polynomial",
+    "power4": "polynomial",
+    "softmax": "exponential",
+}
+
+
+def growth_fits(curve: list[dict[str, Any]]) -> dict[str, float]:
+    """The three growth laws fitted to one ``N_max(d)`` curve (rows with ``N_max > 0``):
+
+    * linear ``N_max = c·d``: least squares through the origin, ``c = Σ N d / Σ d²``, with
+      ``R²`` of that fit;
+    * polynomial: slope and ``R²`` of ``ln N_max`` against ``ln d``;
+    * exponential: slope (bits per dimension) and ``R²`` of ``log2 N_max`` against ``d``.
+    """
+    pts = [(float(r["d"]), float(r["n_max"])) for r in curve if r["n_max"] > 0]
+    if len(pts) < 2:
+        return {}
+    d = np.array([p[0] for p in pts])
+    n = np.array([p[1] for p in pts])
+    c = float((n * d).sum() / (d * d).sum())
+    total = float(((n - n.mean()) ** 2).sum())
+    lin_r2 = 1.0 - float(((n - c * d) ** 2).sum()) / total if total > 0 else 1.0
+    poly, poly_r2 = fit_line(list(np.log(d)), list(np.log(n)))
+    expo, expo_r2 = fit_line(list(d), list(np.log2(n)))
+    return {
+        "linear_c": c,
+        "linear_r2": lin_r2,
+        "loglog_slope": poly,
+        "loglog_r2": poly_r2,
+        "bits_per_dim": expo,
+        "exp_r2": expo_r2,
+    }
+
+
+def _fits_text(fits: dict[str, float]) -> str:
+    return (
+        f"linear N_max = {fits['linear_c']:.3g} d (R^2 = {fits['linear_r2']:.3f}); "
+        f"log-log slope {fits['loglog_slope']:.2f} (R^2 = {fits['loglog_r2']:.3f}); "
+        f"log2 N_max vs d slope {fits['bits_per_dim']:.2f} bits per dimension "
+        f"(R^2 = {fits['exp_r2']:.3f})"
+    )
+
+
+def summarize_energy_family(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """One line per separation ``F``: ``N_max(d)`` at both read-outs and the fitted laws."""
+    out = {}
+    for key, law in ENERGY_LAWS.items():
+        pattern = _curve(rows, f"energy:{key}@pattern")
+        state = _curve(rows, f"energy:{key}@state")
+        if not pattern:
+            continue
+        fits = growth_fits(pattern)
+        first = pattern[0]
+        text = (
+            f"{first['model']}, whitened similarity G^-1/2 K xi, ±1 patterns, {first['query']}, "
+            f"eps = {first['epsilon']:g}, {first['seeds']} seeds. Pattern read-out (K^T F'(s)): "
+            f"N_max = {_fmt([r['n_max'] for r in pattern])} at d = {[r['d'] for r in pattern]}"
+        )
+        if fits:
+            text += f"; fits: {_fits_text(fits)}; expected law: {law}"
+        if state:
+            state_fits = growth_fits(state)
+            text += (
+                f". State read-out (the step itself, K~^T F'(s)): N_max = "
+                f"{_fmt([r['n_max'] for r in state])}"
+            )
+            if state_fits:
+                text += (
+                    f" (linear N_max = {state_fits['linear_c']:.3g} d, R^2 = "
+                    f"{state_fits['linear_r2']:.3f}; log-log slope "
+                    f"{state_fits['loglog_slope']:.2f})"
+                )
+        out[f"energy family, F = {first['separation']}: growth of N_max(d)"] = text + "."
+    return out
+
+
+def summarize_energy_checks(rows: list[dict[str, Any]], config: CapacityConfig) -> str:
+    checks = [r for r in rows if r["kind"] == "energy_check"]
+    if not checks:
+        return "not measured"
+    worst = max(checks, key=lambda r: r["max_relative_increase"])
+    margin = min(checks, key=lambda r: r["min_relative_cccp_margin"])
+    ok = worst["max_relative_increase"] <= config.max_energy_increase
+    per = "; ".join(
+        f"{e}: {max(r['max_relative_increase'] for r in checks if r['energy'] == e):.1e}"
+        for e in ENERGY_LAWS
+        if any(r["energy"] == e for r in checks)
+    )
+    return (
+        f"{'yes' if ok else 'NO'}: over {len(checks)} runs ({checks[0]['steps']} steps from "
+        f"{checks[0]['queries']} random and {checks[0]['queries']} near-pattern queries, d = "
+        f"{checks[0]['d']}, N = {sorted({r['n'] for r in checks})}) the largest energy change "
+        f"per step, relative to the energy's terms, is {worst['max_relative_increase']:.2e} "
+        f"(limit {config.max_energy_increase:g}; round-off bound 2(N + d)u = "
+        f"{worst['roundoff_bound']:.1e}); per F: {per}. Every step lowers E by at least "
+        f"½‖Δξ‖² (concave-convex bound) up to {-min(0.0, margin['min_relative_cccp_margin']):.1e}"
+        f" relative ({margin['energy']}, N = {margin['n']}, {margin['query']})."
+    )
+
+
+def summarize_ols_energy(rows: list[dict[str, Any]]) -> str:
+    ols = [r for r in rows if r["kind"] == "ols_energy"]
+    if not ols:
+        return "not measured"
+    sizes = ", ".join(f"{r['n']}x{r['d']}" for r in ols)
+    return (
+        "the forward pass of OLSTransformer().fit(X, Y) on its own context X equals one step "
+        "on the quadratic energy with patterns the d columns of X (the projection P y = "
+        f"X (X^T X)^-1 X^T y) to {max(r['forward_vs_step'] for r in ols):.1e} relative "
+        f"(N x d = {sizes}, condition numbers "
+        f"{_fmt([r['condition'] for r in ols])}); E(y) = ½ y^T (I - P) y matches ½ RSS of "
+        f"numpy lstsq to {max(r['energy_vs_half_rss'] for r in ols):.1e}; after the step "
+        f"E / E_before = {max(r['energy_after_relative'] for r in ols):.1e} and the output is "
+        f"a fixed point to {max(r['fixed_point'] for r in ols):.1e}; worst error / bound "
+        f"max(N, d)·u·κ(X) = {max(r['worst_error_over_bound'] for r in ols):.1e}."
+    )
+
+
+def summarize_energy_cost(rows: list[dict[str, Any]]) -> str:
+    cost = [r for r in rows if r["kind"] == "energy_cost"]
+    if not cost:
+        return "not measured"
+    parts = []
+    for key in ENERGY_LAWS:
+        mine = sorted((r for r in cost if r["energy"] == key), key=lambda r: r["d"])
+        if not mine:
+            continue
+        top = mine[-1]
+        parts.append(
+            f"{key} at d = {top['d']}: N_max = {top['n_max']:.3g}, "
+            f"{top['seconds_per_retrieval'] * 1e6:.3g} µs per retrieval, "
+            f"{top['bytes_per_pattern']:.3g} bytes of state per pattern"
+        )
+    return (
+        "time of one retrieval (one step, pattern read-out, one thread) and bytes of "
+        "retrieval state per stored pattern at N_max: " + "; ".join(parts) + "."
+    )
+
+
 def summarize(rows: list[dict[str, Any]], config: CapacityConfig) -> dict[str, str]:
     """Every Done-when claim of the capacity study, answered with the measured numbers."""
     out = {
@@ -171,5 +313,60 @@ def summarize(rows: list[dict[str, Any]], config: CapacityConfig) -> dict[str, s
             rows, "softmax_sphere"
         ),
     }
+    out.update(summarize_energy_family(rows))
+    out["energy family: retrieval never increases E_F"] = summarize_energy_checks(rows, config)
+    out["OLS-Transformer: its forward pass is one quadratic-energy step"] = summarize_ols_energy(
+        rows
+    )
+    out["energy family: cost per retrieval and per stored pattern"] = summarize_energy_cost(rows)
     out.update(summarize_digits(rows))
     return out
+
+
+def capacity_checks(rows: list[dict[str, Any]], config: CapacityConfig) -> list[dict[str, Any]]:
+    """Pass/fail: the pseudo-inverse memory is exact exactly up to ``N = d`` at every ``d``;
+    softmax's ``log2 N_max`` is linear in ``d`` (±1 patterns; R² at least
+    ``config.min_softmax_growth_r2``); no step of the energy family raises its energy by more
+    than ``config.max_energy_increase`` (relative), nor falls short of the concave–convex
+    descent ``½‖Δξ‖²`` by more than ``config.max_cccp_shortfall``; the OLS-Transformer's
+    forward pass is one quadratic step within ``config.max_ols_error_over_bound`` times its
+    error bound."""
+    pinv = [r for r in rows if r["kind"] == "pinv_check"]
+    exact = sum(bool(r["exact_all_n_le_d"] and r["inexact_all_n_gt_d"]) for r in pinv)
+    checks = [check("pseudo-inverse: d with capacity exactly d", exact, ">=", len(pinv))]
+    curve = [r for r in _curve(rows, "softmax") if r["n_max"] > 0]
+    if len(curve) >= 3:
+        _, r2 = fit_line([r["d"] for r in curve], [math.log2(r["n_max"]) for r in curve])
+        checks.append(
+            check("softmax: R² of log2 N_max against d", r2, ">=", config.min_softmax_growth_r2)
+        )
+    descent = [r for r in rows if r["kind"] == "energy_check"]
+    if descent:
+        limit = config.max_energy_increase
+        checks.append(
+            check(
+                "energy family: largest relative energy increase per step",
+                max(r["max_relative_increase"] for r in descent),
+                "<=",
+                limit,
+            )
+        )
+        checks.append(
+            check(
+                "energy family: largest relative shortfall below the concave-convex descent",
+                -min(r["min_relative_cccp_margin"] for r in descent),
+                "<=",
+                config.max_cccp_shortfall,
+            )
+        )
+    ols = [r for r in rows if r["kind"] == "ols_energy"]
+    if ols:
+        checks.append(
+            check(
+                "OLS-Transformer vs one quadratic step: error / bound",
+                max(r["worst_error_over_bound"] for r in ols),
+                "<=",
+                config.max_ols_error_over_bound,
+            )
+        )
+    return checks

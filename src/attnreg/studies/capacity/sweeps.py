@@ -18,7 +18,7 @@ from attnreg.studies.capacity.config import CapacityConfig
 
 SMALL_WORK = 2e8  # queries × memories × d below which one thread is faster than several
 
-Progress = Callable[[str], None]
+Tick = Callable[[str], None]
 
 
 def search_capacity(
@@ -149,15 +149,21 @@ def families(config: CapacityConfig) -> list[fam.Family]:
 
 
 def task_count(config: CapacityConfig) -> int:
-    """Number of progress ticks of :func:`run` (one per family × d × seed, per digits cell)."""
+    """Number of progress ticks of :func:`run` (one per family × d × seed, per energy family ×
+    d × seed, per digits cell)."""
+    energy_dims = (
+        config.energy_quadratic_d,
+        config.energy_power3_d,
+        config.energy_power4_d,
+        config.energy_softmax_d,
+    )
     curves = sum(len(f.dims) for f in families(config)) * config.seeds
+    curves += sum(len(dims) for dims in energy_dims) * config.seeds
     grid = len(GRID_SIMILARITIES) * len(SEPARATIONS) * 2 * len(config.digits_n) * config.seeds
     return curves + grid + len(config.pinv_d)
 
 
-def capacity_row(
-    config: CapacityConfig, family: fam.Family, d: int, tick: Progress
-) -> dict[str, Any]:
+def capacity_row(config: CapacityConfig, family: fam.Family, d: int, tick: Tick) -> dict[str, Any]:
     start = time.perf_counter()
     per_seed, evaluations = [], 0
     for i in range(config.seeds):
