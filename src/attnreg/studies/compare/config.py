@@ -3,11 +3,17 @@ dataclass and its quick and full profiles."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
 
-from attnreg.core.validation import check_choice, check_positive, check_positive_int
+from attnreg.core.validation import (
+    check_choice,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+)
 from attnreg.data.regression import DATA_MODES
 from attnreg.models.regressors import QK_MODES, VARIANTS
 
@@ -35,7 +41,23 @@ FIGURE_CELLS = (
 
 @dataclass
 class CompareConfig:
-    """Settings of the compare study (every field has a default; quick profile = defaults)."""
+    """Settings of the compare study (every field has a default; quick profile = defaults).
+
+    The further sections (:mod:`attnreg.studies.compare.sections`) are switched by
+    ``conventions``, ``density``, ``memories``, ``tang`` and ``locality``. Their sizes:
+    ``density_powers`` (the powers ``n`` of the separation ``sⁿ``); ``beta_multipliers`` (the
+    softmax inverse temperatures ``β = m/√d`` a validation split chooses from, density and
+    tang); ``tang_d``, ``tang_patterns`` (N), ``tang_rhos`` (equicorrelations),
+    ``tang_memories`` (memories per cell), ``tang_query_noise`` (query noise per coordinate),
+    ``tang_beta`` (softmax β in units of the mean self-similarity) and ``tang_accuracy`` (the
+    accuracy below which retrieval has failed) for the correlated-pattern retrieval;
+    ``tang_scale_d``, ``tang_scale_n_train``, ``tang_variance_ratio`` (largest / smallest
+    feature variance) and ``tang_rho`` for the scale-vs-correlation regression.
+
+    The checks' thresholds: ridge within ``max_sklearn_gap`` of scikit-learn's ``Ridge`` on
+    every row, and trained data-whitened regression-like attention (synthetic, layer norm off)
+    at most ``max_whitened_vs_ridge`` × ridge's test MSE in every qk mode.
+    """
 
     data_modes: list[str] = field(default_factory=lambda: list(DATA_MODES))
     variants: list[str] = field(default_factory=lambda: list(VARIANTS))
@@ -63,6 +85,29 @@ class CompareConfig:
     ols_steps: int = 1000
     ols_lr: float = 0.01
     shift_magnitudes: list[float] = field(default_factory=lambda: [0.0, 0.5, 1.0, 2.0, 4.0])
+    max_sklearn_gap: float = 1e-8
+    max_whitened_vs_ridge: float = 1.05
+    # The further sections (sections.py), each with its on/off switch and sizes.
+    conventions: bool = True
+    density: bool = True
+    density_powers: list[int] = field(default_factory=lambda: [2, 3, 4])
+    beta_multipliers: list[float] = field(default_factory=lambda: [2.0**k for k in range(-6, 7)])
+    memories: bool = True
+    tang: bool = True
+    tang_d: int = 16
+    tang_patterns: list[int] = field(default_factory=lambda: [8, 16])
+    tang_rhos: list[float] = field(
+        default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95]
+    )
+    tang_memories: int = 200
+    tang_query_noise: float = 0.1
+    tang_beta: float = 16.0
+    tang_accuracy: float = 0.99
+    tang_scale_d: int = 8
+    tang_scale_n_train: int = 1000
+    tang_variance_ratio: float = 100.0
+    tang_rho: float = 0.8
+    locality: bool = True
 
     @property
     def seed_list(self) -> list[int]:
@@ -81,6 +126,8 @@ class CompareConfig:
                 raise ValueError(f"{name}: must list at least one value")
         check_positive_int("seeds", self.seeds)
         check_positive("ridge", self.ridge)
+        check_positive("max_sklearn_gap", self.max_sklearn_gap)
+        check_positive("max_whitened_vs_ridge", self.max_whitened_vs_ridge)
         check_positive_int("steps", self.steps)
         check_positive_int("ols_steps", self.ols_steps)
         check_positive_int("probe_steps", self.probe_steps)
@@ -94,6 +141,39 @@ class CompareConfig:
         if not 0 < self.validation_fraction < 1:
             raise ValueError(
                 f"validation_fraction: must be in (0, 1), got {self.validation_fraction}"
+            )
+        self._check_sections()
+
+    def _check_sections(self) -> None:
+        for name in ("density_powers", "beta_multipliers", "tang_patterns", "tang_rhos"):
+            if not getattr(self, name):
+                raise ValueError(f"{name}: must list at least one value")
+        for power in self.density_powers:
+            if isinstance(power, bool) or int(power) != power or power < 2:
+                raise ValueError(f"density_powers: each must be an integer >= 2, got {power!r}")
+        for beta in self.beta_multipliers:
+            check_positive("beta_multipliers", beta)
+        for n in self.tang_patterns:
+            check_positive_int("tang_patterns", n)
+        for name, rhos in (("tang_rhos", self.tang_rhos), ("tang_rho", [self.tang_rho])):
+            for rho in rhos:
+                if not 0 <= rho < 1:
+                    raise ValueError(f"{name}: must be in [0, 1), got {rho}")
+        check_positive_int("tang_d", self.tang_d)
+        check_positive_int("tang_memories", self.tang_memories)
+        check_positive_int("tang_scale_d", self.tang_scale_d)
+        check_positive_int("tang_scale_n_train", self.tang_scale_n_train)
+        check_nonnegative("tang_query_noise", self.tang_query_noise)
+        check_positive("tang_beta", self.tang_beta)
+        if not 0 < self.tang_accuracy <= 1:
+            raise ValueError(f"tang_accuracy: must be in (0, 1], got {self.tang_accuracy}")
+        if not 1 <= self.tang_variance_ratio < math.inf:
+            raise ValueError(
+                f"tang_variance_ratio: must be a finite number >= 1, got {self.tang_variance_ratio}"
+            )
+        if isinstance(self.tang_scale_n_train, bool) or self.tang_scale_n_train < 2:
+            raise ValueError(
+                f"tang_scale_n_train: must be an integer >= 2, got {self.tang_scale_n_train!r}"
             )
 
 
@@ -115,5 +195,7 @@ def full_config(seed: int = 0, device: str = "cpu") -> CompareConfig:
         probe_steps=6000,
         ols_steps=5000,
         shift_magnitudes=[0.0, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0],
+        tang_memories=1000,
+        tang_rhos=[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95],
         device=device,
     )

@@ -1,4 +1,4 @@
-"""Figures of the compare study (each saved as PNG + SVG by :func:`attnreg.output.save_figure`).
+"""Figures of the compare study (matplotlib figures, written by the caller as PNG + SVG).
 
 * ``compare_heatmaps_<mode>`` — side by side: the ridge hat matrix ``H = X(XᵀX+λI)⁻¹Xᵀ``, the
   attention matrices ``A`` of trained regression-like and softmax layers, the raw softmax
@@ -14,14 +14,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from attnreg.data.regression import RegressionData
-from attnreg.output import save_figure
 from attnreg.studies.common import FigureRecord
 
 SERIES_COLOURS = {
@@ -43,7 +41,6 @@ def heatmaps(
     mode: str,
     kept: dict[tuple[Any, ...], Any],
     extras: dict[str, torch.Tensor],
-    out_dir: Path,
     rows_shown: int = 40,
 ) -> FigureRecord:
     """One row of labelled heatmaps for data mode ``mode`` (see module docstring)."""
@@ -82,11 +79,13 @@ def heatmaps(
     fig.colorbar(image, ax=list(axes[0]), shrink=0.8, label="entry / max |entry|")
     fig.suptitle(f"{mode}: hat matrix, attention, scores and W_q W_kᵀ vs S⁻¹ (first seed)")
     stem = f"compare_heatmaps_{mode}"
-    save_figure(fig, out_dir, stem)
     return FigureRecord(
-        out_dir / f"{stem}.png",
-        f"{mode}: H, A, QKᵀ (first {k} training rows) and W_q W_kᵀ vs S⁻¹, each divided by "
-        "its max |entry| (compare config, first seed, layer norm off).",
+        name=stem,
+        figure=fig,
+        caption=(
+            f"{mode}: H, A, QKᵀ (first {k} training rows) and W_q W_kᵀ vs S⁻¹, each divided by "
+            "its max |entry| (compare config, first seed, layer norm off)."
+        ),
     )
 
 
@@ -94,7 +93,6 @@ def effective_weights(
     kept: dict[tuple[Any, ...], Any],
     datasets: dict[str, RegressionData],
     extras: dict[str, dict[str, torch.Tensor]],
-    out_dir: Path,
 ) -> FigureRecord:
     """Grouped bars: true ``w``, ridge ``β̂`` and the attention's ``M XᵀY / N`` per feature."""
     import matplotlib.pyplot as plt
@@ -129,15 +127,18 @@ def effective_weights(
     for ax in axes[0]:
         ax.legend(fontsize=6)
     fig.suptitle("Effective weights: true, ridge, and attention M XᵀY/N (first seed)")
-    save_figure(fig, out_dir, "compare_effective_weights")
     return FigureRecord(
-        out_dir / "compare_effective_weights.png",
-        "Per-feature weights: true (synthetic), ridge λ = 1e-3, and trained identity-separation "
-        "attention's M XᵀY/N (compare config, first seed, separate/shared W as labelled).",
+        name="compare_effective_weights",
+        figure=fig,
+        caption=(
+            "Per-feature weights: true (synthetic), ridge λ = 1e-3, and trained "
+            "identity-separation attention's M XᵀY/N (compare config, first seed, "
+            "separate/shared W as labelled)."
+        ),
     )
 
 
-def test_mse_chart(rows: list[dict[str, Any]], out_dir: Path) -> FigureRecord:
+def test_mse_chart(rows: list[dict[str, Any]]) -> FigureRecord:
     """Test MSE per trained cell (a dot per cell) and data mode, ridge/OLS as lines."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
@@ -188,11 +189,13 @@ def test_mse_chart(rows: list[dict[str, Any]], out_dir: Path) -> FigureRecord:
     fig.suptitle(
         "Test MSE of every attention variant × switch (w = data whitening, ln = layer norm)"
     )
-    save_figure(fig, out_dir, "compare_test_mse")
     return FigureRecord(
-        out_dir / "compare_test_mse.png",
-        "Test MSE (mean over seeds) of every variant × whitening × qk × layer norm, with ridge "
-        "(λ = 1e-3) and OLS (compare config).",
+        name="compare_test_mse",
+        figure=fig,
+        caption=(
+            "Test MSE (mean over seeds) of every variant × whitening × qk × layer norm, with ridge "
+            "(λ = 1e-3) and OLS (compare config)."
+        ),
     )
 
 
@@ -201,11 +204,9 @@ def make_figures(
     kept: dict[tuple[Any, ...], Any],
     baselines: dict[str, dict[str, torch.Tensor]],
     datasets: dict[str, RegressionData],
-    out_dir: str | Path,
 ) -> list[FigureRecord]:
     """Every figure of the compare study (the OLS-Transformer's are made separately)."""
-    out = Path(out_dir)
-    records = [heatmaps(mode, kept, baselines[mode], out) for mode in datasets]
-    records.append(effective_weights(kept, datasets, baselines, out))
-    records.append(test_mse_chart(rows, out))
+    records = [heatmaps(mode, kept, baselines[mode]) for mode in datasets]
+    records.append(effective_weights(kept, datasets, baselines))
+    records.append(test_mse_chart(rows))
     return records

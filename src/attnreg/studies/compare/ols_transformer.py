@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,7 +35,6 @@ from attnreg.constructions import OLSTransformer
 from attnreg.core.threads import torch_threads
 from attnreg.data.regression import RegressionData, simple_linear
 from attnreg.models.regressors import TrainableOLSTransformer
-from attnreg.output import save_figure, write_csv
 from attnreg.studies.common import FigureRecord
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import best_scale_distance, mse
@@ -193,13 +191,13 @@ def run(config: CompareConfig) -> OLSTransformerResult:
     return result
 
 
-def write_tables(result: OLSTransformerResult, out_dir: str | Path) -> None:
-    """``ols_transformer_curves.csv`` and ``ols_transformer_shift.csv`` in ``out_dir``."""
-    write_csv(result.curves, Path(out_dir) / "ols_transformer_curves.csv")
-    write_csv(result.shifts, Path(out_dir) / "ols_transformer_shift.csv")
+def tables(result: OLSTransformerResult) -> dict[str, list[dict[str, Any]]]:
+    """The training curves and the shift rows, as ``ols_transformer_curves`` and
+    ``ols_transformer_shift``."""
+    return {"ols_transformer_curves": result.curves, "ols_transformer_shift": result.shifts}
 
 
-def make_figures(result: OLSTransformerResult, out_dir: str | Path) -> list[FigureRecord]:
+def make_figures(result: OLSTransformerResult) -> list[FigureRecord]:
     """Functional convergence, structural convergence and shift sensitivity (one figure each)."""
     import matplotlib.pyplot as plt
 
@@ -218,12 +216,14 @@ def make_figures(result: OLSTransformerResult, out_dir: str | Path) -> list[Figu
         ax.set(xlabel="Adam step", ylabel="relative MSE to OLS", title=title)
         ax.legend()
     fig.suptitle("Trained OLS-Transformer: functional convergence (Tan & Zhao)")
-    save_figure(fig, out_dir, "ols_transformer_functional")
     records.append(
         FigureRecord(
-            Path(out_dir) / "ols_transformer_functional.png",
-            "Trained OLS-Transformer, MSE to the OLS fit against the training step "
-            "(compare config: ols_steps, ols_lr, first seed).",
+            name="ols_transformer_functional",
+            figure=fig,
+            caption=(
+                "Trained OLS-Transformer, MSE to the OLS fit against the training step "
+                "(compare config: ols_steps, ols_lr, first seed)."
+            ),
         )
     )
     colours = dict(zip(names, ("tab:blue", "tab:red", "tab:green", "tab:purple"), strict=False))
@@ -245,12 +245,14 @@ def make_figures(result: OLSTransformerResult, out_dir: str | Path) -> list[Figu
     ax.set(xlabel="Adam step", ylabel="rel. distance to constructed (best scale, ≥ 1e-16)")
     ax.set_title("Structural convergence to the construction")
     ax.legend(fontsize=8)
-    save_figure(fig, out_dir, "ols_transformer_structural")
     records.append(
         FigureRecord(
-            Path(out_dir) / "ols_transformer_structural.png",
-            "Distance of the learned W_Q W_Kᵀ and W_V W_P to the constructed ones after the "
-            "identifiable scale, against the training step (compare config).",
+            name="ols_transformer_structural",
+            figure=fig,
+            caption=(
+                "Distance of the learned W_Q W_Kᵀ and W_V W_P to the constructed ones after the "
+                "identifiable scale, against the training step (compare config)."
+            ),
         )
     )
     kinds = [k for k in SHIFTS if any(r["shift"] == k for r in result.shifts)]
@@ -276,12 +278,14 @@ def make_figures(result: OLSTransformerResult, out_dir: str | Path) -> list[Figu
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize=7)
     fig.suptitle("Shift at inference: slow memory (weights) fixed, fast memory (context) new")
-    save_figure(fig, out_dir, "ols_transformer_shift")
     records.append(
         FigureRecord(
-            Path(out_dir) / "ols_transformer_shift.png",
-            "Error under a shifted inference context with the trained weights held fixed "
-            "(compare config: shift_magnitudes, first seed).",
+            name="ols_transformer_shift",
+            figure=fig,
+            caption=(
+                "Error under a shifted inference context with the trained weights held fixed "
+                "(compare config: shift_magnitudes, first seed)."
+            ),
         )
     )
     return records

@@ -25,11 +25,8 @@ The trained OLS-Transformer (Tan & Zhao, arXiv 2604.13656) is
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,20 +34,17 @@ import torch
 
 from attnreg.core.threads import torch_threads
 from attnreg.data.regression import RegressionData
-from attnreg.output import write_csv
+from attnreg.progress import Progress
 from attnreg.studies.common import StudyResult
 from attnreg.studies.compare.config import FIGURE_CELLS, CompareConfig
 from attnreg.studies.compare.probe import multi_target_probe
+from attnreg.studies.compare.sections import SECTIONS
 from attnreg.studies.compare.train import Cell, baseline_rows, load_mode, train_cell
 
 
-def run(
-    config: CompareConfig | None = None,
-    out_dir: str | Path | None = None,
-    progress: bool = False,
-) -> StudyResult:
+def run(config: CompareConfig | None = None, progress: Progress | None = None) -> StudyResult:
     """Run the study: every data mode × variant × switch × seed, the baselines, the trained
-    OLS-Transformer, the figures (into ``out_dir`` if given) and the summary.
+    OLS-Transformer, the figures, the tables and the summary (writes nothing).
 
     Runs with ``config.threads`` torch threads (1 by default: these matrices are small, and
     intra-op threads only add waiting on a shared machine), restored afterwards.
@@ -58,10 +52,10 @@ def run(
 
     cfg = config or CompareConfig()
     with torch_threads(cfg.threads):
-        return _run(cfg, out_dir, progress)
+        return _run(cfg, progress or Progress.quiet())
 
 
-def _run(cfg: CompareConfig, out_dir: str | Path | None, progress: bool) -> StudyResult:
+def _run(cfg: CompareConfig, progress: Progress) -> StudyResult:
     from attnreg.studies.compare import figures as compare_figures
     from attnreg.studies.compare import ols_transformer as compare_ols_transformer
     from attnreg.studies.compare import summary as compare_summary
@@ -81,47 +75,46 @@ def _run(cfg: CompareConfig, out_dir: str | Path | None, progress: bool) -> Stud
         for ln in cfg.layernorm
     ]
     total = len(cfg.data_modes) * cfg.seeds * len(grid)
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=total, desc="compare", disable=not progress, file=sys.stderr, leave=False)
-    for mode in cfg.data_modes:
-        for seed in cfg.seed_list:
-            data = load_mode(cfg, mode, seed)
-            base, extras = baseline_rows(data, seed, cfg.ridge, cfg.device)
-            sklearn_gap = max(sklearn_gap, ridge_sklearn_gap(data, cfg.ridge, extras))
-            rows.extend(base)
-            first = seed == cfg.seed
-            if first:
-                baselines[mode], datasets[mode] = extras, data
-            for variant, white, qk, ln in grid:
-                keep = first and (variant, white, qk, ln) in FIGURE_CELLS
-                cell = train_cell(data, variant, white, qk, ln, seed, cfg, extras, keep)
-                rows.append(cell.row)
-                training.append(cell.training)
-                if keep:
-                    kept[(mode, variant, white, qk, ln)] = cell
-                bar.update(1)
-    bar.close()
-    ols_tf = compare_ols_transformer.run(cfg) if cfg.ols_transformer else None
+    with progress.stage("train attention cells", total=total) as bar:
+        for mode in cfg.data_modes:
+            for seed in cfg.seed_list:
+                data = load_mode(cfg, mode, seed)
+                base, extras = baseline_rows(data, seed, cfg.ridge, cfg.device)
+                sklearn_gap = max(sklearn_gap, ridge_sklearn_gap(data, cfg.ridge, extras))
+                rows.extend(base)
+                first = seed == cfg.seed
+                if first:
+                    baselines[mode], datasets[mode] = extras, data
+                for variant, white, qk, ln in grid:
+                    keep = first and (variant, white, qk, ln) in FIGURE_CELLS
+                    cell = train_cell(data, variant, white, qk, ln, seed, cfg, extras, keep)
+                    rows.append(cell.row)
+                    training.append(cell.training)
+                    if keep:
+                        kept[(mode, variant, white, qk, ln)] = cell
+                    bar.advance(label=f"{mode} {variant}")
+    ols_tf = None
+    if cfg.ols_transformer:
+        with progress.stage("OLS-Transformer"):
+            ols_tf = compare_ols_transformer.run(cfg)
     probe = None
     if "synthetic" in cfg.data_modes and "regression" in cfg.variants:
-        probe = multi_target_probe(cfg)
-    result = StudyResult("compare", asdict(cfg), rows)
+        with progress.stage("W_q W_kᵀ probe"):
+            probe = multi_target_probe(cfg)
+    result = StudyResult("compare", asdict(cfg), rows, tables={"compare_training": training})
     result.summary = compare_summary.summarise(rows, training, sklearn_gap, ols_tf, cfg, probe)
-    if out_dir is not None:
-        out = Path(out_dir)
-        result.figures = compare_figures.make_figures(rows, kept, baselines, datasets, out)
-        if ols_tf is not None:
-            result.figures += compare_ols_transformer.make_figures(ols_tf, out)
-            compare_ols_transformer.write_tables(ols_tf, out)
-        write_csv(training, out / "compare_training.csv")
+    result.checks = compare_summary.checks(rows, sklearn_gap, cfg)
+    result.figures = compare_figures.make_figures(rows, kept, baselines, datasets)
+    if ols_tf is not None:
+        result.figures += compare_ols_transformer.make_figures(ols_tf)
+        result.tables |= compare_ols_transformer.tables(ols_tf)
+    for label, section in SECTIONS:
+        with progress.stage(label):
+            result.add(section(cfg, datasets))
     result.summary["timing"] = (
         f"wall {time.perf_counter() - wall0:.1f} s, CPU {time.process_time() - cpu0:.1f} s "
         f"({torch.get_num_threads()} torch threads)"
     )
-    if out_dir is not None:
-        result.write(out)
-        (out / "compare_summary.json").write_text(json.dumps(result.summary, indent=2))
     return result
 
 

@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from attnreg.studies.common import check
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.ols_transformer import OLSTransformerResult
 
@@ -242,4 +243,34 @@ def summarise(
         f"{len(training)} trained cells; {early} stopped early on the validation MSE, "
         f"{stuck} ended on a training-loss plateau; median steps {median}"
     )
+    return out
+
+
+def checks(rows: list[Row], sklearn_gap: float, cfg: CompareConfig) -> list[dict[str, Any]]:
+    """Pass/fail: ridge matches scikit-learn (``cfg.max_sklearn_gap``), and on the synthetic
+    data trained whitened regression-like attention (data-whitened, layer norm off) reaches a
+    test MSE within ``cfg.max_whitened_vs_ridge`` times ridge's for every qk mode."""
+    out = [check("max |ridge − scikit-learn|", sklearn_gap, "<=", cfg.max_sklearn_gap)]
+    if "synthetic" in cfg.data_modes and "regression" in cfg.variants and True in cfg.whitening:
+        ridge = _mean(rows, "test_mse", data="synthetic", variant="ridge")
+        worst = max(
+            _mean(
+                rows,
+                "test_mse",
+                data="synthetic",
+                variant="regression",
+                whitening=True,
+                qk=qk,
+                layernorm=False,
+            )
+            for qk in cfg.qk
+        )
+        out.append(
+            check(
+                "whitened regression-like test MSE / ridge's (synthetic)",
+                worst / ridge,
+                "<=",
+                cfg.max_whitened_vs_ridge,
+            )
+        )
     return out

@@ -4,6 +4,7 @@ mode with one set of switches) and the ridge / OLS baseline rows it is measured 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +22,42 @@ from attnreg.studies.compare.metrics import (
     mse,
     relative_frobenius,
 )
-from attnreg.training import PlateauWarning, TrainConfig, train
+from attnreg.training import PlateauWarning, TrainConfig, TrainResult, train
+
+
+def split_rows(
+    n: int, validation_fraction: float, seed: int, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training rows' seeded split: ``(fit, validation)`` row indices, the validation part
+    ``max(1, round(validation_fraction · n))`` rows of a random permutation."""
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).to(device)
+    n_val = max(1, round(validation_fraction * n))
+    return perm[n_val:], perm[:n_val]
+
+
+def fit_recipe(
+    model: torch.nn.Module,
+    loss_fn: Callable[[int], torch.Tensor],
+    eval_fn: Callable[[], float],
+    config: CompareConfig,
+    seed: int,
+) -> TrainResult:
+    """The compare study's training recipe: full-batch Adam (``config.steps``, ``config.lr``),
+    gradient norm clipped to 1, early stopping on ``eval_fn`` every ``config.eval_every`` steps
+    with ``config.patience`` and the best weights restored, in ``config.threads`` threads."""
+    tc = TrainConfig(
+        steps=config.steps,
+        lr=config.lr,
+        clip=1.0,
+        seed=seed,
+        eval_every=config.eval_every,
+        patience=config.patience,
+        restore_best=True,
+        plateau_window=max(config.steps // 4, 1),
+    )
+    with warnings.catch_warnings(), torch_threads(config.threads):
+        warnings.simplefilter("ignore", PlateauWarning)
+        return train(model, loss_fn, tc, eval_fn=eval_fn, progress=False)
 
 
 def load_mode(config: CompareConfig, mode: str, seed: int) -> RegressionData:
@@ -133,11 +169,8 @@ def train_cell(
     (their targets are values for the other rows, never a training target or their own value).
     """
     xtr, ytr, xte, yte = _tensors(data, config.device)
-    n = xtr.shape[0]
     loo = variant == "softmax"
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).to(xtr.device)
-    n_val = max(1, round(config.validation_fraction * n))
-    val, fit = perm[:n_val], perm[n_val:]
+    fit, val = split_rows(xtr.shape[0], config.validation_fraction, seed, xtr.device)
     model = AttentionRegression(
         data.d, variant, whitening, qk, layernorm, init_scale=config.init_scale, seed=seed
     ).to(config.device)
@@ -149,19 +182,7 @@ def train_cell(
     def eval_fn() -> float:
         return mse(model(xtr, xtr, ytr, exclude_self=True)[val], yv)
 
-    cfg = TrainConfig(
-        steps=config.steps,
-        lr=config.lr,
-        clip=1.0,
-        seed=seed,
-        eval_every=config.eval_every,
-        patience=config.patience,
-        restore_best=True,
-        plateau_window=max(config.steps // 4, 1),
-    )
-    with warnings.catch_warnings(), torch_threads(config.threads):
-        warnings.simplefilter("ignore", PlateauWarning)
-        result = train(model, loss_fn, cfg, eval_fn=eval_fn, progress=False)
+    result = fit_recipe(model, loss_fn, eval_fn, config, seed)
     with torch.no_grad(), torch_threads(config.threads):
         names = ["attn.hook_weights", "attn.hook_scores"]
         args = (xtr, xtr, ytr, loo)
@@ -196,5 +217,5 @@ def train_cell(
     if keep_matrices:
         matrices = {"weights": a_train, "scores": scores_train, "metric": metric}
         if variant != "softmax":
-            matrices["beta"] = metric @ xtr.mT @ ytr / n  # effective weights M XᵀY / N
+            matrices["beta"] = metric @ xtr.mT @ ytr / xtr.shape[0]  # M XᵀY / N
     return Cell(row, training, matrices)

@@ -1,0 +1,165 @@
+"""Global vs local: how many context rows an attention row draws on, and how far away they are.
+
+The compare study's section ``locality``. For one query ``x*`` with weights ``a ∈ R^N`` over the
+context rows ``x_i`` (``ŷ(x*) = Σ_i a_i y_i``):
+
+* participation ratio ``PR(a) = (Σ_i |a_i|)² / Σ_i a_i²`` ∈ ``[1, N]`` — the effective number of
+  rows the query draws on (1: one row; N: all rows equally);
+* relative distance ``(Σ_i |a_i| ‖x_i − x*‖ / Σ_i |a_i|) / mean_i ‖x_i − x*‖`` — the weighted
+  mean Euclidean distance (input coordinates) of the rows it draws on, relative to the mean
+  distance to all rows (< 1: it draws on nearby rows; ≈ 1: on rows regardless of distance).
+
+Operators (closed form, not the trained cells: a section receives the data, not the trained
+models, and the closed forms are the operators the trained layers are measured against),
+context = the training rows ``X (N, d)``, queries = the test rows:
+
+* ``ridge hat`` — ``x*ᵀ (XᵀX + λI)⁻¹ Xᵀ`` (λ = ``config.ridge``);
+* ``regression-like`` — ``x*ᵀ Xᵀ / N`` (``W_q W_kᵀ = I``);
+* ``whitened`` — ``x*ᵀ S⁻¹ Xᵀ / N``, ``S = XᵀX/N`` (pseudo-inverse; the OLS hat row);
+* ``softmax`` — ``softmax(x*ᵀ Xᵀ / √d)``.
+
+Both measures are invariant to a positive rescaling of ``a``, so the operators' ``1/N`` factors
+do not matter. Rows: one per data mode × operator with the median and quartiles of PR and the
+median relative distance over the queries.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnreg.data.regression import RegressionData
+from attnreg.studies.common import FigureRecord, Section
+from attnreg.studies.compare.config import CompareConfig
+from attnreg.studies.compare.metrics import hat_matrix, inverse_covariance
+
+SECTION = "locality"
+QUESTION = "global or local: how many context rows does a query's attention row draw on?"
+OPERATORS = ("ridge hat", "regression-like", "whitened", "softmax")
+
+
+def participation_ratio(a: torch.Tensor) -> torch.Tensor:
+    """``PR(a) = (Σ_i |a_i|)² / Σ_i a_i²`` over the last axis (``(…, N)`` → ``(…)``); NaN for
+    an all-zero row."""
+    return a.abs().sum(-1) ** 2 / (a * a).sum(-1)
+
+
+def relative_distance(a: torch.Tensor, x_ctx: torch.Tensor, x_query: torch.Tensor) -> torch.Tensor:
+    """``(Σ_i |a_i| ‖x_i − x*‖ / Σ_i |a_i|) / mean_i ‖x_i − x*‖`` per query: weights
+    ``a (M, N)``, context ``(N, d)``, queries ``(M, d)`` → ``(M,)``."""
+    dist = torch.cdist(x_query, x_ctx)
+    w = a.abs()
+    return (w * dist).sum(-1) / w.sum(-1) / dist.mean(-1)
+
+
+def operator_weights(
+    name: str, x_ctx: torch.Tensor, x_query: torch.Tensor, ridge: float
+) -> torch.Tensor:
+    """The ``(M, N)`` weights of the operator ``name`` (module docstring)."""
+    n, d = x_ctx.shape
+    if name == "ridge hat":
+        return hat_matrix(x_ctx, ridge, x_query)
+    if name == "regression-like":
+        return x_query @ x_ctx.mT / n
+    if name == "whitened":
+        return x_query @ inverse_covariance(x_ctx) @ x_ctx.mT / n
+    if name == "softmax":
+        return torch.softmax(x_query @ x_ctx.mT / math.sqrt(d), dim=-1)
+    raise ValueError(f"operator: unknown value {name!r}; valid values are {OPERATORS}")
+
+
+def measure_mode(
+    data: RegressionData, cfg: CompareConfig
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, np.ndarray]]]:
+    """Rows (one per operator) and the per-query values (for the figure) on one data mode."""
+    x, xq = torch.from_numpy(data.x_train), torch.from_numpy(data.x_test)
+    n = x.shape[0]
+    rows, values = [], {}
+    for name in OPERATORS:
+        a = operator_weights(name, x, xq, cfg.ridge)
+        pr = participation_ratio(a).numpy()
+        rel = relative_distance(a, x, xq).numpy()
+        values[name] = {"pr": pr, "rel": rel}
+        q25, med, q75 = np.quantile(pr, [0.25, 0.5, 0.75])
+        rows.append(
+            {
+                "section": SECTION,
+                "data": data.name,
+                "operator": name,
+                "n_context": n,
+                "queries": int(xq.shape[0]),
+                "pr_median": float(med),
+                "pr_q25": float(q25),
+                "pr_q75": float(q75),
+                "pr_median_fraction": float(med / n),
+                "rel_distance_median": float(np.median(rel)),
+            }
+        )
+    return rows, values
+
+
+def _summary(rows: list[dict[str, Any]]) -> str:
+    parts = []
+    for mode in dict.fromkeys(r["data"] for r in rows):
+        sel = [r for r in rows if r["data"] == mode]
+        cells = ", ".join(
+            f"{r['operator']} {r['pr_median']:.1f} ({100 * r['pr_median_fraction']:.0f} %; "
+            f"distance ×{r['rel_distance_median']:.2f})"
+            for r in sel
+        )
+        parts.append(f"{mode} (N = {sel[0]['n_context']}): {cells}")
+    return (
+        "median participation ratio PR = (Σ|a_i|)²/Σa_i² over the test queries (as % of N; in "
+        "brackets the median weighted distance of the rows drawn on, relative to the mean "
+        "distance to all rows) — " + "; ".join(parts)
+    )
+
+
+def figure(
+    rows: list[dict[str, Any]], values: dict[str, dict[str, dict[str, np.ndarray]]]
+) -> FigureRecord:
+    """Box plots per data mode: PR / N (top) and relative distance (bottom) per operator."""
+    import matplotlib.pyplot as plt
+
+    modes = list(values)
+    fig, axes = plt.subplots(2, len(modes), figsize=(4 * len(modes), 6), squeeze=False)
+    for j, mode in enumerate(modes):
+        n = next(r["n_context"] for r in rows if r["data"] == mode)
+        ops = list(values[mode])
+        axes[0][j].boxplot([values[mode][o]["pr"] / n for o in ops], showfliers=False)
+        axes[1][j].boxplot([values[mode][o]["rel"] for o in ops], showfliers=False)
+        axes[0][j].set_title(f"{mode} (N = {n})")
+        axes[0][j].set_ylim(0, 1)
+        axes[1][j].axhline(1, color="black", linewidth=0.5)
+        for i in (0, 1):
+            axes[i][j].set_xticks(range(1, len(ops) + 1), ops, rotation=20, fontsize=7)
+    axes[0][0].set_ylabel("participation ratio / N")
+    axes[1][0].set_ylabel("weighted distance / mean distance")
+    fig.suptitle("Global vs local: effective number and distance of the rows a query draws on")
+    fig.tight_layout()
+    return FigureRecord(
+        name="compare_locality",
+        figure=fig,
+        caption=(
+            "Per test query, the participation ratio of its weights over the training rows "
+            "(/N) and the relative distance of the rows it draws on, for the ridge hat matrix "
+            "and closed-form regression-like, whitened and softmax attention (compare config, "
+            "first seed)."
+        ),
+    )
+
+
+def section(cfg: CompareConfig, datasets: dict[str, RegressionData]) -> Section:
+    """The locality section (module docstring); empty when ``cfg.locality`` is off."""
+    if not cfg.locality or not datasets:
+        return Section()
+    rows: list[dict[str, Any]] = []
+    values: dict[str, dict[str, dict[str, np.ndarray]]] = {}
+    for mode, data in datasets.items():
+        r, v = measure_mode(data, cfg)
+        rows += r
+        values[mode] = v
+    return Section(rows=rows, summary={QUESTION: _summary(rows)}, figures=[figure(rows, values)])

@@ -1,0 +1,341 @@
+"""The compare study's further sections: each quantity against an independent computation
+(Python loops, numpy, numpy lstsq), and a tiny compare run that produces their rows, summaries
+and figures."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnreg.models.regressors import AttentionRegression
+from attnreg.studies.compare import conventions, density, locality, memories, tang
+from attnreg.studies.compare.config import ROW_KEYS, CompareConfig
+from attnreg.studies.compare.run import run
+from attnreg.studies.compare.sections import SECTIONS
+from attnreg.studies.compare.train import load_mode
+
+EPS = np.finfo(np.float64).eps
+
+TINY = {
+    "data_modes": ["synthetic", "sine"],
+    "variants": ["regression"],
+    "whitening": [False],
+    "qk": ["separate"],
+    "layernorm": [False],
+    "n_train": 40,
+    "n_test": 20,
+    "d": 3,
+    "steps": 20,
+    "ols_transformer": False,
+    "probe_steps": 20,
+    "tang_d": 6,
+    "tang_patterns": [4],
+    "tang_rhos": [0.0, 0.9],
+    "tang_memories": 10,
+    "tang_scale_d": 3,
+    "tang_scale_n_train": 60,
+    "beta_multipliers": [0.5, 1.0, 2.0],
+}
+SECTION_NAMES = {"conventions", "density", "memories", "tang", "locality"}
+
+
+def _bound(*arrays: np.ndarray, ops: float = 1.0) -> float:
+    """A float64 round-off bound: ``ops · eps · (product of the operands' largest entries)``."""
+    return ops * EPS * math.prod(float(np.abs(a).max()) for a in arrays)
+
+
+# ----------------------------------------------------------------------------- locality
+def test_participation_ratio_and_distance_against_python_loops():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(5, 7))
+    a[1] = 0.0
+    a[1, 3] = -2.0  # one row only: PR = 1
+    a[2] = 0.3  # all rows equally: PR = N
+    xc, xq = rng.normal(size=(7, 3)), rng.normal(size=(5, 3))
+    pr = locality.participation_ratio(torch.tensor(a)).numpy()
+    rel = locality.relative_distance(torch.tensor(a), torch.tensor(xc), torch.tensor(xq)).numpy()
+    for m in range(5):
+        s1 = s2 = num = den = dall = 0.0
+        for i in range(7):
+            s1 += abs(a[m, i])
+            s2 += a[m, i] ** 2
+            dist = math.sqrt(sum((xc[i, k] - xq[m, k]) ** 2 for k in range(3)))
+            num += abs(a[m, i]) * dist
+            den += abs(a[m, i])
+            dall += dist / 7
+        assert pr[m] == pytest.approx(s1 * s1 / s2, rel=1e-13)
+        assert rel[m] == pytest.approx(num / den / dall, rel=1e-12)
+        assert 1 - 1e-12 <= pr[m] <= 7 + 1e-12
+    assert pr[1] == pytest.approx(1.0, rel=1e-15)
+    assert pr[2] == pytest.approx(7.0, rel=1e-14)
+
+
+def test_locality_operators_are_the_closed_forms():
+    rng = np.random.default_rng(1)
+    x, xq = rng.normal(size=(20, 3)), rng.normal(size=(4, 3))
+    expected = {
+        "ridge hat": xq @ np.linalg.solve(x.T @ x + 0.1 * np.eye(3), x.T),
+        "regression-like": xq @ x.T / 20,
+        "whitened": xq @ np.linalg.inv(x.T @ x / 20) @ x.T / 20,
+        "softmax": np.exp(xq @ x.T / math.sqrt(3))
+        / np.exp(xq @ x.T / math.sqrt(3)).sum(1, keepdims=True),
+    }
+    for name, want in expected.items():
+        got = locality.operator_weights(name, torch.tensor(x), torch.tensor(xq), 0.1).numpy()
+        # a d × d solve with κ(XᵀX) < 100 here: relative error ≤ ~1e3 · eps
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e3 * EPS * np.abs(want).max())
+
+
+# ----------------------------------------------------------------------------- density
+def test_density_predictions_against_numpy():
+    rng = np.random.default_rng(2)
+    n, d = 30, 3
+    x = rng.normal(size=(n, d)) @ np.diag([1.0, 0.5, 2.0])
+    y, xq = rng.normal(size=(n, 1)), rng.normal(size=(6, d))
+    s_inv = np.linalg.inv(x.T @ x / n)
+    sim = xq @ s_inv @ x.T
+    xt, yt, qt = torch.tensor(x), torch.tensor(y), torch.tensor(xq)
+    np.testing.assert_allclose(density.whitened_similarity(xt, qt).numpy(), sim, rtol=1e-10)
+    # identity separation: the OLS prediction (numpy lstsq)
+    ols = xq @ np.linalg.lstsq(x, y, rcond=None)[0]
+    got = density.density_predict(xt, yt, qt, "identity").numpy()
+    np.testing.assert_allclose(got, ols, rtol=1e-10, atol=1e-12)
+    for power in (2, 3, 4):
+        want = np.zeros((6, 1))
+        for m in range(6):
+            norm = sum(abs(sim[m, i]) ** power for i in range(n))
+            want[m] = sum(sim[m, i] ** power / norm * y[i] for i in range(n))
+        got = density.density_predict(xt, yt, qt, "power", power=power).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    beta = 0.7
+    e = np.exp(beta * sim - (beta * sim).max(1, keepdims=True))
+    want = (e / e.sum(1, keepdims=True)) @ y
+    got = density.density_predict(xt, yt, qt, "softmax", beta=beta).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_validated_beta_is_the_argmin_of_the_validation_path():
+    rng = np.random.default_rng(3)
+    x, y = torch.tensor(rng.normal(size=(50, 2))), torch.tensor(rng.normal(size=(50, 1)))
+    mults = [0.25, 1.0, 4.0]
+
+    def predict(xc, yc, xq, beta):
+        return density.density_predict(xc, yc, xq, "softmax", beta=beta)
+
+    beta, path = density.validated_beta(x, y, predict, mults, 0.2, np.random.default_rng(7))
+    fit, val = density.validation_split(50, 0.2, np.random.default_rng(7))
+    assert len(val) == 10 and sorted([*fit, *val]) == list(range(50))
+    for b, v in path:
+        pred = predict(x[fit], y[fit], x[val], b).numpy()
+        assert v == pytest.approx(float(np.mean((pred - y[val].numpy()) ** 2)), rel=1e-12)
+    assert beta == min(path, key=lambda bv: bv[1])[0]
+    assert [b for b, _ in path] == pytest.approx([m / math.sqrt(2) for m in mults])
+
+
+# ----------------------------------------------------------------------------- memories
+def test_slow_fast_swap_against_numpy_lstsq():
+    rng = np.random.default_rng(4)
+    d = 3
+    xa, xb = rng.normal(size=(25, d)), rng.normal(size=(25, d)) * [1.0, 2.0, 0.5]
+    ya, yb = rng.normal(size=(25, 1)), rng.normal(size=(25, 1))
+    xq = rng.normal(size=(7, d))
+    beta_a = np.linalg.lstsq(xa, ya, rcond=None)[0]
+    beta_b = np.linalg.lstsq(xb, yb, rcond=None)[0]
+    s_a, s_b = xa.T @ xa / 25, xb.T @ xb / 25
+    a = (torch.tensor(xa), torch.tensor(ya))
+    b = (torch.tensor(xb), torch.tensor(yb))
+    q = torch.tensor(xq)
+    cases = {
+        ("A", "A"): xq @ beta_a,
+        ("B", "B"): xq @ beta_b,
+        ("A", "B"): xq @ np.linalg.solve(s_a, s_b) @ beta_a,
+        ("B", "A"): xq @ np.linalg.solve(s_b, s_a) @ beta_b,
+    }
+    ctx = {"A": a, "B": b}
+    for (slow, fast), want in cases.items():
+        got = memories.swapped_prediction(ctx[slow], ctx[fast][0], q).numpy()
+        # a few d × d solves, κ(S) < 20: relative error ≤ ~1e3 · eps of the largest entry
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e3 * EPS * np.abs(want).max())
+    # the fitted layer itself is untouched by a swap
+    layer = memories.fit_layer(*a)
+    memories.swap_fast_memory(layer, b[0])
+    np.testing.assert_allclose(layer(q)[0].numpy(), xq @ beta_a, rtol=1e-10, atol=1e-12)
+
+
+def test_memories_rows_follow_the_slow_weights_when_targets_differ():
+    cfg = CompareConfig(n_train=80, n_test=30, d=3, condition=4.0, noise=0.1)
+    data = load_mode(cfg, "synthetic", 0)
+    rows = memories.measure_mode(data, cfg, np.random.default_rng(0))
+    assert {r["scenario"] for r in rows} == {"same task", "different w"}
+    get = {(r["scenario"], r["slow"], r["fast"]): r for r in rows}
+    assert get[("same task", "B", "B")]["mse_to_ols_b"] < 1e-20
+    # ‖S⁺S − I‖_F/√d ≲ d · κ(S) · eps, with d = 3 and κ(S) ≈ 4–10 here
+    assert get[("same task", "A", "A")]["fast_mismatch"] < 100 * EPS
+    diff_ab, diff_ba = get[("different w", "A", "B")], get[("different w", "B", "A")]
+    assert diff_ba["rel_mse_to_ols_b"] < diff_ab["rel_mse_to_ols_b"]
+
+
+# ----------------------------------------------------------------------------- tang
+def test_correlated_pattern_accuracy_against_a_numpy_loop():
+    rng = np.random.default_rng(5)
+    t, n, d, rho = 6, 4, 6, 0.7
+    x = tang.correlated_patterns(rng, t, n, d, rho)
+    q = x + 0.3 * torch.tensor(rng.normal(size=tuple(x.shape)))
+    xs, qs = x.numpy(), q.numpy()
+    for sim in tang.SIMILARITIES:
+        for sep in tang.SEPARATIONS:
+            correct = 0
+            for k in range(t):
+                keys = xs[k]
+                metric = np.eye(d) if sim == "dot" else np.linalg.pinv(keys.T @ keys)
+                self_sim = np.mean([keys[i] @ metric @ keys[i] for i in range(n)])
+                for mu in range(n):
+                    scores = np.array([qs[k, mu] @ metric @ keys[i] for i in range(n)])
+                    if sep == "softmax":
+                        z = 5.0 / self_sim * scores
+                        w = np.exp(z - z.max())
+                        w = w / w.sum()
+                    else:
+                        w = scores
+                    r = sum(w[i] * keys[i] for i in range(n))
+                    cos = [
+                        r @ keys[i] / np.linalg.norm(r) / np.linalg.norm(keys[i]) for i in range(n)
+                    ]
+                    correct += int(np.argmax(cos) == mu)
+            got = tang.retrieval_accuracy(x, q, sim, sep, beta=5.0)
+            assert got == correct / (t * n), (sim, sep)
+
+
+def test_correlated_patterns_have_the_equicorrelated_covariance():
+    n, d, rho = 40000, 4, 0.6
+    x = tang.correlated_patterns(np.random.default_rng(6), 1, n, d, rho)[0].numpy()
+    want = (1 - rho) * np.eye(d) + rho * np.ones((d, d))
+    # sample covariance entries have standard deviation ≤ √(2/n) ≈ 0.007: allow 5 of them
+    np.testing.assert_allclose(x.T @ x / n, want, atol=5 * math.sqrt(2 / n))
+
+
+def test_scale_vs_correlation_pieces_against_numpy():
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(50, 3)) @ np.array([[2.0, 0.0, 0.0], [1.5, 0.5, 0.0], [0.3, 0.2, 0.1]])
+    xt, y = rng.normal(size=(8, 3)), rng.normal(size=(50, 1))
+    tx, ty, tq = torch.tensor(x), torch.tensor(y), torch.tensor(xt)
+    xs, xts = tang.preprocess("standardised", tx, tq)
+    np.testing.assert_allclose(xs.numpy(), (x - x.mean(0)) / x.std(0), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(xts.numpy(), (xt - x.mean(0)) / x.std(0), rtol=1e-12, atol=1e-13)
+    xw, xtw = tang.preprocess("whitened", tx, tq)
+    np.testing.assert_allclose(xw.numpy().T @ xw.numpy() / 50, np.eye(3), atol=1e-9)
+    # regression-like attention on whitened data with c = 1 is OLS on the whitened data
+    w = xw.numpy()
+    ols = xtw.numpy() @ np.linalg.lstsq(w, y, rcond=None)[0]
+    got = tang.linear_regression_attention(xw, ty, xtw).numpy()
+    np.testing.assert_allclose(got, ols, rtol=1e-7, atol=1e-8)
+    e = np.exp(0.4 * xt @ x.T)
+    np.testing.assert_allclose(
+        tang.softmax_regression(tx, ty, tq, 0.4).numpy(),
+        (e / e.sum(1, keepdims=True)) @ y,
+        rtol=1e-10,
+    )
+    fit, val = np.arange(10, 50), np.arange(10)
+    p = x[val] @ x[fit].T @ y[fit] / 40
+    assert tang.best_scale(tx, ty, fit, val) == pytest.approx(
+        float((p * y[val]).sum() / (p * p).sum()), rel=1e-12
+    )
+
+
+# ----------------------------------------------------------------------------- conventions
+def test_convention_weights_and_forward_against_numpy():
+    rng = np.random.default_rng(8)
+    x, y, xq = rng.normal(size=(30, 4)), rng.normal(size=(30, 1)), rng.normal(size=(5, 4))
+    m = rng.normal(size=(4, 4))
+    got_n = conventions.effective_weights(torch.tensor(m), torch.tensor(x), torch.tensor(y), 30)
+    got_d = conventions.effective_weights(torch.tensor(m), torch.tensor(x), torch.tensor(y), 4)
+    np.testing.assert_allclose(got_n.numpy(), m @ x.T @ y / 30, rtol=1e-12)
+    np.testing.assert_allclose(got_d.numpy(), m @ x.T @ y / 4, rtol=1e-12)
+    model = AttentionRegression(4, "regression", False, "separate", False, seed=1)
+    metric = model.qk_product.numpy()
+    with torch.no_grad():
+        for name, factor in (("attnreg", 1 / 30), ("everything-is-matter", 1 / 2)):
+            out = conventions.convention_forward(
+                model, name, torch.tensor(xq), torch.tensor(x), torch.tensor(y)
+            )
+            want = xq @ metric @ x.T @ y * factor
+            # |terms| ≤ Π max entries, 4·4·30 of them, each summed through ≤ 4 + 4 + 30 roundings
+            bound = _bound(xq, metric, x, y, ops=(4 + 4 + 30) * 4 * 4 * 30) * factor
+            np.testing.assert_allclose(out.numpy(), want, rtol=0, atol=bound)
+
+
+def test_conventions_rows_report_the_blog_weights_as_sqrt_dk_over_d_of_the_layer():
+    cfg = CompareConfig(n_train=60, n_test=20, d=4, steps=30)
+    data = load_mode(cfg, "synthetic", 0)
+    rows = conventions.measure_mode(data, cfg)
+    blog = next(r for r in rows if r["convention"] == "everything-is-matter")
+    ours = next(r for r in rows if r["convention"] == "attnreg")
+    assert blog["weights_norm_vs_ridge"] == pytest.approx(
+        blog["layer_weights_norm_vs_ridge"] * math.sqrt(4) / 4, rel=1e-12
+    )
+    assert ours["weights_norm_vs_ridge"] == pytest.approx(
+        ours["layer_weights_norm_vs_ridge"], rel=1e-12
+    )
+    assert blog["ridge_lambda"] == 1e-3
+
+
+# ----------------------------------------------------------------------------- the study
+def test_tiny_compare_run_has_every_section():
+    cfg = CompareConfig(**TINY)
+    result = run(cfg)
+    main = [r for r in result.rows if "section" not in r]
+    extra = [r for r in result.rows if "section" in r]
+    assert main and all(tuple(r) == ROW_KEYS for r in main)
+    assert {r["section"] for r in extra} == SECTION_NAMES
+    for name in ("density", "memories", "locality", "conventions"):
+        assert {r["data"] for r in extra if r["section"] == name} == {"synthetic", "sine"}
+    for question in (
+        conventions.QUESTION,
+        density.QUESTION,
+        memories.QUESTION,
+        tang.QUESTION_A,
+        tang.QUESTION_B,
+        locality.QUESTION,
+    ):
+        assert any(ch.isdigit() for ch in result.summary[question]), question
+    stems = {f.name for f in result.figures}
+    assert {
+        "compare_conventions",
+        "compare_density",
+        "compare_memories",
+        "compare_tang_retrieval",
+        "compare_tang_scaling",
+        "compare_locality",
+    } <= stems
+    assert "compare_density_beta_path" in result.tables
+    for figure in result.figures:
+        figure.close()
+
+
+def test_sections_are_deterministic_and_switch_off():
+    cfg = CompareConfig(**TINY)
+    datasets = {m: load_mode(cfg, m, cfg.seed) for m in cfg.data_modes}
+    for label, fn in SECTIONS:
+        first, again = fn(cfg, datasets), fn(cfg, datasets)
+        assert first.rows == again.rows, label
+        assert first.summary == again.summary, label
+        for f in (*first.figures, *again.figures):
+            f.close()
+    off = CompareConfig(**TINY, **{name: False for name in SECTION_NAMES})
+    for _, fn in SECTIONS:
+        empty = fn(off, datasets)
+        assert not empty.rows and not empty.summary and not empty.figures
+
+
+def test_section_config_is_validated():
+    with pytest.raises(ValueError, match="density_powers"):
+        CompareConfig(density_powers=[1])
+    with pytest.raises(ValueError, match="tang_rhos"):
+        CompareConfig(tang_rhos=[0.5, 1.0])
+    with pytest.raises(ValueError, match="tang_accuracy"):
+        CompareConfig(tang_accuracy=0.0)
+    with pytest.raises(ValueError, match="beta_multipliers"):
+        CompareConfig(beta_multipliers=[])
+    with pytest.raises(ValueError, match="tang_memories"):
+        CompareConfig(tang_memories=0)
