@@ -38,6 +38,7 @@ PAGES = {
     "tutorials/gd-in-context.html",
     "tutorials/everything-is-matter.html",
     "tutorials/memory-capacity.html",
+    "tutorials/bring-your-own-attention.html",
     "mathematics.html",
     "howto.html",
     "api.html",

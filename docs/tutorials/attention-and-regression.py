@@ -268,7 +268,7 @@ for whitening in (False, True):
             {
                 "whitening": whitening,
                 "qk": qk,
-                "train_mse": result.final_loss,
+                "train_mse": result.losses[-1],
                 "test_mse": test_mse,
                 "steps_to_1pct": hit,
                 "cos_M_Sinv": cosine(metric, s_inv),
