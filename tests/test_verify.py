@@ -235,3 +235,35 @@ def test_the_summary_states_what_the_literal_von_oswald_layer_returns():
     minus = float(re.search(r"off by ([0-9.]+) ", text).group(1))
     assert plus < 1e-12  # −(W0 + ΔW0) x_q, to rounding
     assert minus == 2.0  # the summary's (W0 − ΔW0): off by exactly 2 ΔW0 x_q
+
+
+def test_the_mesa_rows_tolerance_is_the_worst_prefix_condition():
+    """The mesa layer solves one ridge problem per prefix, so its row's tolerance is
+    ``u · max_n κ(X_{1:n}ᵀX_{1:n} + λI)`` (seed 9: a prefix near N = d at extreme scale, where
+    the full design's κ would understate the error by 40×)."""
+    import numpy as np
+
+    from attnreg.studies.verify.certificate import _checks
+
+    cfg = VerifyConfig(seed=9, dtypes=["float32"])
+    rows = certificate(cfg)
+    mesa = [r for r in rows if r["construction"].startswith("mesa")]
+    assert all(r["passed"] for r in mesa)
+    huge = next(r for r in mesa if r["shape"].startswith("huge"))
+    rng = np.random.default_rng(9)
+    for case in CASES:  # replay the certificate's draws up to the huge-scale task
+        data = make_task(case, "float32", rng)
+        k = scale_exponent(case, "float32")
+        _checks(case, cfg, rng, k)
+        if case.describe() == huge["shape"]:
+            break
+    x = data["x"][0]
+    lam = ref.ridge_at_scale(cfg.mesa_lambda, k)
+    worst = 1.0
+    for n in range(1, x.shape[0] + 1):  # κ of every prefix's kept spectrum, by numpy
+        s = np.linalg.svd(x[:n], compute_uv=False)
+        s = s[s > max(x[:n].shape) * np.finfo(np.float64).eps * s[0]]
+        worst = max(worst, (s[0] ** 2 + lam) / (s[-1] ** 2 + lam))
+    u = np.finfo(np.float32).eps / 2
+    assert huge["tol"] == pytest.approx(max(1e-4, u * worst), rel=1e-12)
+    assert huge["tol"] > 10 * 1e-4  # the full design alone would give the flat 1e-4

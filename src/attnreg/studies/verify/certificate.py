@@ -194,7 +194,8 @@ class Check:
     ``XᵀX + λI`` as the reference sees it (``λ/a²`` on an extreme-scale shape), ``None`` for
     the gradient-descent rows, which invert nothing. ``forms_gram``: the construction forms
     ``S = XᵀX`` and eigendecomposes it, and applies ``(S + E)⁻¹`` twice (module docstring: the
-    tolerance ``2 √max(N, d) · u · κ``)."""
+    tolerance ``2 √max(N, d) · u · κ``). ``per_prefix``: the construction solves one ridge
+    problem per prefix ``X_{1:n}`` (the mesa layer), so ``κ`` is the worst prefix's."""
 
     construction: str
     reference: str
@@ -202,6 +203,7 @@ class Check:
     build: Callable[..., Any]
     refer: Callable[..., np.ndarray]
     forms_gram: bool = False
+    per_prefix: bool = False
 
 
 # One small builder per LSA construction, so that a change of LSAStack's signature touches
@@ -308,6 +310,7 @@ def _checks(case: Case, cfg: VerifyConfig, rng: np.random.Generator, k: int = 0)
             mesa_ref,
             lambda x, y, q, dt: MesaLayer(cfg.mesa_lambda)(x, y, x),
             lambda x, y, q: ref.ridge_per_prefix(x, y, mesa_ref),
+            per_prefix=True,
         ),
         Check(
             "LSA, 1 GD step (von Oswald), W0 ≠ 0",
@@ -430,7 +433,9 @@ def _compare(
     tol = cfg.tolerance[dtype]
     if check.lam is not None:
         factor = 2.0 * np.sqrt(max(x.shape[-2:])) if check.forms_gram else 1.0
-        tol = max(tol, factor * unit * inverted_condition(x, check.lam))
+        prefixes = range(1, x.shape[-2] + 1) if check.per_prefix else [x.shape[-2]]
+        kappa = max(inverted_condition(x[:, :n], check.lam) for n in prefixes)
+        tol = max(tol, factor * unit * kappa)
     tol *= cfg.tol_scale
     return {
         "construction": check.construction,
