@@ -103,3 +103,13 @@ def test_a_worker_sends_the_cell_stages_to_its_queue_and_the_display_nests_them(
     for event in events:
         sweep(event)
     assert sweep.tasks == {}  # in a sweep the bar counts finished cells: no row stays
+
+
+def test_a_cell_stores_the_checks_with_their_thresholds_beside_the_summary():
+    from attnreg.runs.cells import execute_cell, make_cell
+
+    cell = make_cell("verify", {"dtypes": ["float32"]}, seed=0)
+    result = execute_cell(cell)
+    line = result.summary["check: float32 rows within their tolerance"]
+    rows = len(result.rows)
+    assert line == f"pass: {rows} >= {rows}"

@@ -93,6 +93,17 @@ def _emit(event: Event) -> None:
         _EVENTS.put(event)
 
 
+def check_lines(checks: list[dict[str, Any]]) -> dict[str, str]:
+    """The study's pass/fail checks as summary entries ``check: NAME`` → ``pass: value <= limit``
+    (so the store and the report show each threshold beside the answers)."""
+    return {
+        f"check: {c['check']}": (
+            f"{'pass' if c['passed'] else 'FAIL'}: {c['value']:.4g} {c['op']} {c['limit']:g}"
+        )
+        for c in checks
+    }
+
+
 def execute_cell(cell: CellSpec, figures: bool = False, threads: int | None = None) -> CellResult:
     """Run one cell and return its result (figures as base64 PNG when ``figures``); its
     progress goes to the parent as the stage ``study [key]`` (see :func:`send_progress_to`)."""
@@ -122,7 +133,7 @@ def execute_cell(cell: CellSpec, figures: bool = False, threads: int | None = No
             started,
             now(),
             result.rows,
-            result.summary,
+            {**result.summary, **check_lines(result.checks)},
             pictures,
         )
     except Exception:  # a failing study is a failed cell, reported with its traceback
