@@ -147,3 +147,47 @@ def test_context_mean_divides_the_sum_over_keys_on_every_path():
     assert np.all(np.abs(explicit - expected) <= out_bound)
     with pytest.raises(ValueError, match="mean: a context mean needs identity or power"):
         Attention("dot", "softmax")(q, k, v, mean=True)
+
+
+@pytest.mark.parametrize("similarity", ["dot", "scaled_dot"])
+@pytest.mark.parametrize("separation", ["softmax", "identity"])
+def test_a_tensor_beta_stays_in_the_graph_and_equals_the_float(similarity, separation):
+    """A learned temperature: the output equals the float-β output, and dβ matches a central
+    finite difference of a loop written here."""
+    from attnreg.core.attention import Attention
+
+    g = torch.Generator().manual_seed(3)
+    q, k = torch.randn(2, 4, 5, generator=g, dtype=torch.float64), None
+    k = torch.randn(2, 7, 5, generator=g, dtype=torch.float64)
+    v = torch.randn(2, 7, 3, generator=g, dtype=torch.float64)
+    core = Attention(similarity, separation)
+    beta = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    out = core(q, k, v, beta=beta)
+    assert torch.allclose(out, core(q, k, v, beta=0.7), rtol=0, atol=1e-13)
+    out.sum().backward()
+
+    def loop(b: float) -> float:
+        total = 0.0
+        scale = b / np.sqrt(5) if similarity == "scaled_dot" else b
+        for t in range(2):
+            s = scale * q[t].numpy() @ k[t].numpy().T
+            if separation == "softmax":
+                s = np.exp(s - s.max(1, keepdims=True))
+                s = s / s.sum(1, keepdims=True)
+            total += float((s @ v[t].numpy()).sum())
+        return total
+
+    h = 1e-6
+    numeric = (loop(0.7 + h) - loop(0.7 - h)) / (2 * h)
+    assert beta.grad is not None
+    assert abs(float(beta.grad) - numeric) <= 1e-6 * max(1.0, abs(numeric))
+
+
+def test_a_tensor_beta_needs_one_element_and_a_bilinear_similarity():
+    from attnreg.core.attention import Attention
+
+    q = torch.randn(1, 2, 3)
+    with pytest.raises(ValueError, match="beta: a tensor β must have one element"):
+        Attention("dot", "softmax")(q, q, q, beta=torch.ones(2))
+    with pytest.raises(ValueError, match="beta: a tensor β needs a bilinear similarity"):
+        Attention("euclidean", "softmax")(q, q, q, beta=torch.tensor(1.0))

@@ -125,8 +125,9 @@ class SoftmaxHead(Hooked):
         self.attn = Attention(similarity="dot", separation="softmax")
 
     def forward(self, x_ctx, y_ctx, x_query, exclude_self=False):
-        q = (x_query @ self.w_q) * self.log_beta.exp()  # the temperature, folded into q
-        return self.attn(q, x_ctx @ self.w_k, y_ctx, mask_self=exclude_self)
+        q, k = x_query @ self.w_q, x_ctx @ self.w_k
+        beta = self.log_beta.exp()  # a tensor β stays in the autograd graph
+        return self.attn(q, k, y_ctx, beta=beta, mask_self=exclude_self)
 
     def predict(self, x_ctx, y_ctx, x_query):
         with torch.no_grad():

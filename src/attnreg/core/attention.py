@@ -238,6 +238,19 @@ def task_blocks(batch: int, per_task_bytes: int) -> list[slice]:
 # ------------------------------------------------------------------------------ the module
 
 
+def _tensor_beta(beta: torch.Tensor, bilinear: bool) -> torch.Tensor:
+    """A tensor β as a 0-d tensor, checked: one element, and a bilinear similarity (where it
+    can scale the queries)."""
+    if beta.numel() != 1:
+        raise ValueError(f"beta: a tensor β must have one element, got shape {tuple(beta.shape)}")
+    if not bilinear:
+        raise ValueError(
+            "beta: a tensor β needs a bilinear similarity (dot, scaled_dot, "
+            "whitened_dot); pass a float for the others"
+        )
+    return beta.reshape(())
+
+
 class Attention(nn.Module):
     """``out = Σ_heads sep(β · sim(Q, K)) · V · W_O`` (see the module docstring for the paths).
 
@@ -278,20 +291,25 @@ class Attention(nn.Module):
         *,
         metric: torch.Tensor | None = None,
         w_o: torch.Tensor | None = None,
-        beta: float | None = None,
+        beta: float | torch.Tensor | None = None,
         mean: bool = False,
         mask_self: bool = False,
     ) -> torch.Tensor:
         """``(B, [H,] M, d), (B, [H,] N, d), (B, [H,] N, dv) -> (B, M, do)``.
 
         ``metric``: the bilinear similarity's ``M``; ``w_o``: output projection (``do = dv``
-        without it); ``beta``: overrides the module's β for this call; ``mean``: the sum over
-        the N keys is a mean (identity / power separation: the scores are divided by N);
+        without it); ``beta``: overrides the module's β for this call — a one-element tensor
+        (e.g. a learned temperature) stays in the autograd graph: with a bilinear similarity
+        ``β · (q M) · k = ((β q) M) · k``, so it scales the queries after ``hook_q``; ``mean``:
+        the sum over the N keys is a mean (identity / power separation: scores divided by N);
         ``mask_self``: query j does not attend to key j (the queries are the keys).
         """
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        scale = self.beta if beta is None else float(beta)
         bilinear = self.similarity in BILINEAR
+        if isinstance(beta, torch.Tensor):
+            q = q * _tensor_beta(beta, bilinear).to(q.dtype)
+            beta = 1.0
+        scale = self.beta if beta is None else float(beta)
         if self.similarity == "whitened_dot" and metric is None:
             raise ValueError("metric: whitened_dot needs the metric matrix M (e.g. S⁻¹)")
         if mean and self.separation not in ("identity", "power"):
