@@ -1,7 +1,8 @@
 """The "Everything is matter" conventions as written, beside attnreg's.
 
 The compare study's section ``conventions``. The blog pipeline writes three conventions that
-attnreg replaces by its own (math.md of the design, "The sources' own conventions"):
+attnreg replaces by its own (documentation: the Mathematics page and the *Everything is
+matter* tutorial):
 
 ============================  =================================  ==========================
                               attnreg                            "Everything is matter"
