@@ -17,6 +17,7 @@ ridge with it; each task's data is rescaled by a power of two when its magnitude
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Self
 
 import torch
@@ -38,7 +39,7 @@ CONVENTIONS = ("package", "tan-zhao")
 Zhao's as written (``L`` by ``eigh`` of ``S``, an identity feed-forward block applied)."""
 
 
-class _RegressionLayer(Hooked):
+class _RegressionLayer(Hooked, ABC):
     """Shared settings, scaling and the ``fit`` / ``forward`` / ``predict`` protocol."""
 
     context: torch.Tensor
@@ -120,11 +121,13 @@ class _RegressionLayer(Hooked):
     def _attend(self, xq: torch.Tensor) -> torch.Tensor:
         return self.rescaling.outputs(self._forward(self.rescaling.queries(xq)))
 
+    @abstractmethod
     def _set_weights(self, white: Whitening, x: torch.Tensor, y: torch.Tensor) -> None:
-        raise NotImplementedError  # pragma: no cover - every layer sets its own weights
+        """Set the layer's weights from the whitening and the (rescaled) context."""
 
+    @abstractmethod
     def _forward(self, xq: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError  # pragma: no cover - every layer has its own forward
+        """The forward pass on (rescaled) queries."""
 
 
 class FeedForward(torch.nn.Module):

@@ -36,6 +36,7 @@ Parametrisations (``variant``):
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, Self
 
 import torch
@@ -57,7 +58,7 @@ from attnreg.core.validation import (
 VARIANTS = ("full", "gdpp", "factored")
 
 
-class TokenModel(Hooked):
+class TokenModel(Hooked, ABC):
     """Shared token layout, read-out, ``predict`` and checkpoint spec of the token models: each
     layer is one attention core (``separation``) over the context tokens."""
 
@@ -105,13 +106,13 @@ class TokenModel(Hooked):
             yq = -(x_query @ self.w0.to(x_query.dtype).mT)
         return torch.cat([torch.cat([x_ctx, y_ctx], -1), torch.cat([x_query, yq], -1)], dim=1)
 
+    @abstractmethod
     def key_query(self, layer: int = 0) -> torch.Tensor:
         """``KQ_h`` of every head of weight set ``layer``: ``(H, D, D)``."""
-        raise NotImplementedError  # pragma: no cover - every model defines its products
 
+    @abstractmethod
     def value_projection(self, layer: int = 0) -> torch.Tensor:
         """``PV_h`` of every head of weight set ``layer``: ``(H, D, D)``."""
-        raise NotImplementedError  # pragma: no cover - every model defines its products
 
     context_mean = True  # linear attention averages over the context; softmax normalises
 
@@ -170,9 +171,9 @@ class TokenModel(Hooked):
             out = check_finite_result(self.forward_predict(xc, yc, xq))
         return check_underflow(out, self.forward_predict, xc, yc, xq).reshape(shape)
 
+    @abstractmethod
     def spec(self) -> dict[str, Any]:
         """Constructor arguments (JSON-like), stored in checkpoints."""
-        raise NotImplementedError  # pragma: no cover
 
 
 def _init(
