@@ -42,16 +42,9 @@ def fit_references(
             eta = line_search_eta(fit)
             pred: Predictor = GD(eta, 1)
             refs[name] = Reference(name, pred, eval_loss(pred, test), eta, {"eta": eta})
-        elif name.startswith("GD x"):
-            k = int(name.split("x")[1])
-            f = fit_family("GD", *args, steps=k)
-            assert f.predictor is not None
-            refs[name] = Reference(
-                name, f.predictor, eval_loss(f.predictor, test), f.params["eta"], f.params
-            )
-        elif name.startswith("GD++ x"):
-            k = int(name.split("x")[1])
-            f = fit_family("GD++", *args, steps=k)
+        elif name.startswith(("GD x", "GD++ x")):  # "GD x2": two fitted steps of GD
+            family, steps = name.split(" x")
+            f = fit_family(family, *args, steps=int(steps))
             assert f.predictor is not None
             refs[name] = Reference(
                 name, f.predictor, eval_loss(f.predictor, test), f.params["eta"], f.params

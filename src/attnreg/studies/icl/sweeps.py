@@ -16,6 +16,24 @@ from attnreg.studies.icl.train import make_sampler, model_fn
 from attnreg.training import generator
 
 
+def _uniform_predictors(
+    models: dict[str, TokenModel],
+    specs: dict[str, ModelSpec],
+    refs: dict[str, dict[str, Reference]],
+    references: tuple[str, ...],
+) -> dict[str, Any]:
+    """The models trained on the uniform tasks, the named references fitted on them (those
+    present) and OLS, by name."""
+    predictors: dict[str, Any] = {
+        name: model_fn(m) for name, m in models.items() if specs[name].tasks == "uniform"
+    }
+    for name in references:
+        if name in refs["uniform"]:
+            predictors[name] = refs["uniform"][name].predictor
+    predictors["OLS"] = OLS()
+    return predictors
+
+
 def context_sweep(
     cfg: ICLConfig,
     models: dict[str, TokenModel],
@@ -27,13 +45,7 @@ def context_sweep(
     sampler = make_sampler(cfg, "uniform").shifted(n_ctx=2 * cfg.d, noise_std=cfg.sweep_noise)
     tasks = sampler.sample(cfg.sweep_tasks, generator(4 * 10**6 + cfg.seed), torch.float64)
     lam = max(cfg.sweep_noise**2, 1e-3)
-    predictors: dict[str, Any] = {
-        name: model_fn(m) for name, m in models.items() if specs[name].tasks == "uniform"
-    }
-    for name in ("GD", "GD x2", "GD++ x2", "GD++ x3"):
-        if name in refs["uniform"]:
-            predictors[name] = refs["uniform"][name].predictor
-    predictors["OLS"] = OLS()
+    predictors = _uniform_predictors(models, specs, refs, ("GD", "GD x2", "GD++ x2", "GD++ x3"))
     predictors[f"ridge (λ = {lam:g})"] = Ridge(lam)
     predictors["zero"] = ZeroPredictor()
     rows = []
@@ -61,13 +73,7 @@ def ood_sweep(
     if "uniform" not in refs:
         return []
     base = make_sampler(cfg, "uniform")
-    predictors: dict[str, Any] = {
-        name: model_fn(m) for name, m in models.items() if specs[name].tasks == "uniform"
-    }
-    for name in ("GD", "GD++ x2"):
-        if name in refs["uniform"]:
-            predictors[name] = refs["uniform"][name].predictor
-    predictors["OLS"] = OLS()
+    predictors = _uniform_predictors(models, specs, refs, ("GD", "GD++ x2"))
     rows = []
     for shift, scales in (("input_scale", cfg.input_scales), ("teacher_scale", cfg.teacher_scales)):
         for alpha in scales:
