@@ -113,3 +113,14 @@ def test_a_cell_stores_the_checks_with_their_thresholds_beside_the_summary():
     line = result.summary["check: float32 rows within their tolerance"]
     rows = len(result.rows)
     assert line == f"pass: {rows} >= {rows}"
+
+
+def test_a_result_written_twice_lands_whole_in_both_folders(tmp_path):
+    result = run(VerifyConfig(dtypes=["float32"]))
+    result.write(tmp_path / "a")
+    result.write(tmp_path / "b")
+    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "b").iterdir())
+    png = "verify_certificate.png"
+    assert (tmp_path / "a" / png).read_bytes() == (tmp_path / "b" / png).read_bytes()
+    assert result.figures[0].path == tmp_path / "b" / png

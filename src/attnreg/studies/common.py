@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,12 +52,19 @@ class FigureRecord:
             self.figure = None
 
     def write(self, out_dir: Path) -> Path:
-        """Save as ``out_dir/name.png`` and ``.svg``, close the matplotlib figure, keep the path."""
+        """Save as ``out_dir/name.png`` and ``.svg``, close the matplotlib figure, keep the path
+        (a figure written before is copied from its files)."""
+        out = Path(out_dir)
         if self.figure is not None:
-            self.path = save_figure(self.figure, out_dir, self.name)[0]
+            self.path = save_figure(self.figure, out, self.name)[0]
             self.figure = None
         elif self.path is None:
             raise ValueError(f"figure {self.name!r}: neither in memory nor written")
+        elif self.path.parent.resolve() != out.resolve():
+            out.mkdir(parents=True, exist_ok=True)
+            for suffix in (".png", ".svg"):
+                shutil.copyfile(self.path.with_suffix(suffix), out / f"{self.name}{suffix}")
+            self.path = out / f"{self.name}.png"
         return self.path
 
 
