@@ -124,7 +124,6 @@ class Display:
         self.keep_finished = keep_finished
         self.fields = fields
         self.tasks: dict[tuple[str, ...], Any] = {}
-        self.completed: dict[tuple[str, ...], int] = {}
 
     def __call__(self, event: Event) -> None:
         kind, path, count, label = event
@@ -137,21 +136,19 @@ class Display:
         elif task is None:
             return
         elif kind == "advance":
-            self.completed[path] = count or 0
             self.bar.update(task, completed=count, description=text)
         else:
-            self.end(path)
+            self.end(path, count or 0)
 
-    def end(self, path: tuple[str, ...]) -> None:
+    def end(self, path: tuple[str, ...], done: int) -> None:
         """Remove the rows nested under ``path``, and ``path``'s own row unless it is a
-        top-level stage (that one stays, shown complete)."""
+        top-level stage (that one stays, shown complete after its ``done`` steps)."""
         for other in [p for p in self.tasks if p[: len(path)] == path and p != path]:
             self.bar.remove_task(self.tasks.pop(other))
         task = self.tasks[path]
         if len(path) > 1 or not self.keep_finished:
             self.bar.remove_task(self.tasks.pop(path))
         else:
-            done = self.completed.get(path, 0)
             self.bar.update(task, total=max(done, 1), completed=max(done, 1))
 
 
