@@ -142,7 +142,11 @@ def check_seed(name: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise ValueError(f"{name}: must be an integer in [0, 2**63), got {value!r}")
     if not 0 <= int(value) < SEED_LIMIT:
-        raise ValueError(f"{name}: must be an integer in [0, 2**63), got {value!r}")
+        raise ValueError(
+            f"{name}: must be an integer in [0, 2**63), got {int(value)}: out of range (seeds go "
+            f"from 0 to 2**63 - 1 = {SEED_LIMIT - 1}; the results store keeps them as 64-bit "
+            "integers)"
+        )
     return int(value)
 
 

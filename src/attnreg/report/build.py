@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from attnreg.core.validation import check_seed
 from attnreg.report.page import render, section
-from attnreg.runs.cells import CellSpec, check_seed, make_cell
+from attnreg.runs.cells import CellSpec, make_cell
 from attnreg.runs.executors import check_workers, run_cells
 from attnreg.runs.paths import folder_problem
 from attnreg.runs.store import CellResult, ResultsStore, now
@@ -52,7 +53,7 @@ def build_report(
     anything runs (``ValueError`` naming the culprit); SIGINT or SIGTERM stops the studies
     with every finished one stored (:class:`~attnreg.runs.lifecycle.RunInterrupted`)."""
     out = Path(out_dir)
-    check_seed(seed)
+    check_seed("seed", seed)
     check_workers(workers)
     names = list(studies or STUDIES)
     for name in [*names, *(overrides or {})]:

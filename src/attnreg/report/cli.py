@@ -9,8 +9,8 @@ import typer
 import yaml
 from rich.console import Console
 
+from attnreg.core.validation import check_seed
 from attnreg.report.build import build_report
-from attnreg.runs.cells import check_seed
 from attnreg.runs.cli import check_workers_option, fail, interrupted
 from attnreg.runs.lifecycle import RunInterrupted
 from attnreg.runs.paths import folder_problem
@@ -71,7 +71,7 @@ def report_command(
             fail(f"--study: unknown study {name!r}; valid: {', '.join(STUDIES)}")
     check_workers_option(workers)
     try:
-        check_seed(seed, "--seed")
+        check_seed("--seed", seed)
     except ValueError as exc:
         fail(str(exc))
     changed = None

@@ -14,6 +14,7 @@ from typing import Any
 
 from attnreg import __version__
 from attnreg.config import config_from_dict, config_to_dict
+from attnreg.core.validation import check_seed
 from attnreg.progress import Event, Progress
 from attnreg.runs.store import CellResult, cell_key, now
 from attnreg.studies.registry import get_study
@@ -48,26 +49,11 @@ class CellSpec:
         )
 
 
-MAX_SEED = 2**63 - 1  # the store keeps seeds as SQLite INTEGER: signed 64-bit
-
-
-def check_seed(seed: Any, name: str = "seed") -> int:
-    """``seed`` if it is an integer from 0 to 2**63 - 1, else ``ValueError`` naming it."""
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"{name}: expected an integer, got {seed!r}")
-    if not 0 <= seed <= MAX_SEED:
-        raise ValueError(
-            f"{name}: {seed} is out of range; seeds go from 0 to 2**63 - 1 = {MAX_SEED} "
-            "(the results store keeps them as 64-bit integers)"
-        )
-    return seed
-
-
 def make_cell(study: str, overrides: dict[str, Any], seed: int, profile: str = "quick") -> CellSpec:
     """Validate ``overrides`` against the study's config (unknown key → ``ValueError`` naming
     it) on top of its ``profile``, set the seed (0 … 2**63 - 1), and return the cell with its
     full config."""
-    check_seed(seed)
+    check_seed("seed", seed)
     spec = get_study(study)
     base = config_to_dict(spec.profile(profile))
     if "seed" not in base:

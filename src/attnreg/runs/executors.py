@@ -358,10 +358,10 @@ class _Bar:
     def _read(self) -> None:
         while not self._stop.is_set():
             try:
-                kind, path, count, label = self.events.get(timeout=0.2)
+                event = self.events.get(timeout=0.2)
             except Exception:  # empty, or a message cut by a worker that was ended
                 continue
-            self.display((kind, path, count, label))
+            self.display(event)
 
     def __enter__(self) -> _Bar:
         self.progress.start()

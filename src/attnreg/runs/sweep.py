@@ -23,7 +23,8 @@ from typing import Any
 
 import yaml
 
-from attnreg.runs.cells import CellSpec, check_seed, make_cell
+from attnreg.core.validation import check_seed
+from attnreg.runs.cells import CellSpec, make_cell
 
 TOP_LEVEL = ("study", "base", "grid", "seeds", "profile", "figures", "name")
 
@@ -64,7 +65,7 @@ def parse_sweep(data: Any) -> Sweep:
     ):
         raise ValueError("sweep: 'seeds' must be a non-empty list of integers")
     for seed in seeds:
-        check_seed(seed, "sweep: 'seeds'")
+        check_seed("sweep: 'seeds'", seed)
     for key in ("seed",):
         if key in base or key in grid:
             raise ValueError(f"sweep: set seeds with the top-level 'seeds' list, not {key!r}")
