@@ -31,6 +31,8 @@ def _loop_reference(q, k, v, similarity, separation, beta, power, metric):
             w = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
         elif separation == "power":
             w = s**power
+        elif separation == "signed_power":
+            w = np.sign(s) * np.abs(s) ** power
         else:
             w = np.eye(len(s))[np.argmax(s)]
         out[a] = w @ v
@@ -38,7 +40,7 @@ def _loop_reference(q, k, v, similarity, separation, beta, power, metric):
 
 
 SIMS = ["dot", "scaled_dot", "whitened_dot", "euclidean", "manhattan"]
-SEPS = ["identity", "softmax", "power", "max"]
+SEPS = ["identity", "softmax", "power", "max", "signed_power"]
 
 
 @pytest.mark.parametrize(("similarity", "separation"), list(itertools.product(SIMS, SEPS)))
@@ -74,6 +76,25 @@ def test_chunked_equals_unchunked(similarity, separation):
     tiny_budget = associate(q, k, v, memory_budget=3 * 8 * 3 * 7 * 11, **kwargs)
     np.testing.assert_allclose(tiny_budget.numpy(), whole.numpy(), rtol=1e-10, atol=1e-12)
     assert weights.shape == (3, 50, 333)
+
+
+@pytest.mark.parametrize("power", [2, 3])
+def test_normalised_polynomial_weights_divide_by_the_absolute_sum(power):
+    """Universal Hopfield's normalised polynomial ``sᵖ / Σ_j |s_j|ᵖ``: ``signed_power`` with
+    ``normalize`` divides by ``Σ_j |sign(s_j)|s_j|ᵖ|``; for odd p that is the polynomial itself,
+    for even p it is ``power`` with ``normalize``."""
+    rng = np.random.default_rng(4)
+    q, k, v = rng.normal(size=(5, 4)), rng.normal(size=(9, 4)), rng.normal(size=(9, 2))
+    s = q @ k.T
+    signed = np.sign(s) * np.abs(s) ** power
+    expected_signed = signed / np.abs(signed).sum(1, keepdims=True) @ v
+    polynomial = s**power / (np.abs(s) ** power).sum(1, keepdims=True) @ v
+    args = (torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v))
+    got = associate(*args, separation="signed_power", power=power, normalize=True)
+    np.testing.assert_allclose(got.numpy(), expected_signed, rtol=1e-12, atol=1e-13)
+    sep = "signed_power" if power % 2 else "power"
+    got = associate(*args, separation=sep, power=power, normalize=True)
+    np.testing.assert_allclose(got.numpy(), polynomial, rtol=1e-12, atol=1e-13)
 
 
 def test_linear_path_equals_explicit_qk_then_v():
@@ -145,7 +166,7 @@ def test_context_mean_divides_the_sum_over_keys_on_every_path():
     out_bound = 2 * 20 * unit * (abs_scores @ np.abs(vn))
     assert np.all(np.abs(linear - expected) <= out_bound)
     assert np.all(np.abs(explicit - expected) <= out_bound)
-    with pytest.raises(ValueError, match="mean: a context mean needs identity or power"):
+    with pytest.raises(ValueError, match="mean: a context mean needs identity, power"):
         Attention("dot", "softmax")(q, k, v, mean=True)
 
 

@@ -61,7 +61,8 @@ from attnreg.core.validation import (
 from attnreg.core.whitening import whitening_matrix
 
 SIMILARITIES = ("dot", "scaled_dot", "whitened_dot", "euclidean", "manhattan")
-SEPARATIONS = ("identity", "softmax", "power", "max")
+UHN_SEPARATIONS = ("identity", "softmax", "power", "max")
+SEPARATIONS = (*UHN_SEPARATIONS, "signed_power")
 BILINEAR = ("dot", "scaled_dot", "whitened_dot")
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
 TASK_BLOCK_BYTES = 2**20
@@ -185,7 +186,8 @@ def similarity_scores(
 
 
 def separate(scores: torch.Tensor, separation: str, power: int = 2) -> torch.Tensor:
-    """``sep(scores)`` along the last (key) axis: identity, softmax, ``xⁿ``, or one-hot arg-max."""
+    """``sep(scores)`` along the last (key) axis: identity, softmax, ``sᵖ``, signed power
+    ``sign(s)·|s|ᵖ`` (the derivative of the energy ``|s|ᵖ⁺¹/(p+1)``), or one-hot arg-max."""
     check_choice("separation", separation, SEPARATIONS)
     if separation == "identity":
         return scores
@@ -193,6 +195,8 @@ def separate(scores: torch.Tensor, separation: str, power: int = 2) -> torch.Ten
         return torch.softmax(scores, dim=-1)
     if separation == "power":
         return scores.pow(power)
+    if separation == "signed_power":
+        return scores.sign() * scores.abs().pow(power)
     hot = torch.zeros_like(scores)
     return hot.scatter_(-1, scores.argmax(-1, keepdim=True), 1.0)
 
@@ -312,8 +316,10 @@ class Attention(nn.Module):
         scale = self.beta if beta is None else float(beta)
         if self.similarity == "whitened_dot" and metric is None:
             raise ValueError("metric: whitened_dot needs the metric matrix M (e.g. S⁻¹)")
-        if mean and self.separation not in ("identity", "power"):
-            raise ValueError("mean: a context mean needs identity or power separation")
+        if mean and self.separation not in ("identity", "power", "signed_power"):
+            raise ValueError(
+                "mean: a context mean needs identity, power or signed_power separation"
+            )
         n = k.shape[-2] if mean else 1
         if mask_self or self.hook_scores.active or self.hook_weights.active:
             out = self._explicit(q, k, v, metric, w_o, scale, mask_self, n)
@@ -358,10 +364,12 @@ class Attention(nn.Module):
                     f"mask_self: the queries must be the keys; scores shape {tuple(scores.shape)}"
                 )
             eye = torch.eye(scores.shape[-1], dtype=torch.bool, device=scores.device)
-            dropped = 0.0 if self.separation in ("identity", "power") else -math.inf
+            dropped = 0.0 if self.separation not in ("softmax", "max") else -math.inf
             scores = scores.masked_fill(eye, dropped)
         weights = separate(scores, self.separation, self.power)
-        if self.normalize and self.separation in ("identity", "power"):
+        if self.normalize and self.separation == "signed_power":
+            weights = weights / weights.abs().sum(-1, keepdim=True)
+        elif self.normalize and self.separation in ("identity", "power"):
             weights = weights / weights.sum(-1, keepdim=True)
         weights = self.hook_weights(weights)
         out = weights @ v
@@ -590,9 +598,10 @@ def _streamed_3d(
                 acc = torch.where(better, picked, acc)
                 best = torch.where(better, block_max, best)
             else:
-                w = s.pow(power) if separation == "power" else s
+                w = separate(s, separation, power) if separation != "identity" else s
                 acc = torch.baddbmm(acc, w, vc)
-                total = total + w.sum(-1, keepdim=True)
+                mass = w.abs() if separation == "signed_power" else w
+                total = total + mass.sum(-1, keepdim=True)
         if separation == "softmax" or (normalize and separation != "max"):
             acc = acc / total
         out[:, qs : qs + rows] = acc
