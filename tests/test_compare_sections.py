@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from attnreg.models.regressors import AttentionRegression
-from attnreg.studies.compare import conventions, density, locality, memories, tang
+from attnreg.studies.compare import (
+    conventions,
+    density,
+    locality,
+    memories,
+    tang_retrieval,
+    tang_scaling,
+)
 from attnreg.studies.compare.config import ROW_KEYS, CompareConfig
 from attnreg.studies.compare.run import run
 from attnreg.studies.compare.sections import SECTIONS
@@ -96,7 +103,8 @@ def test_density_predictions_against_numpy():
     s_inv = np.linalg.inv(x.T @ x / n)
     sim = xq @ s_inv @ x.T
     xt, yt, qt = torch.tensor(x), torch.tensor(y), torch.tensor(xq)
-    np.testing.assert_allclose(density.whitened_similarity(xt, qt).numpy(), sim, rtol=1e-10)
+    weights = density.density_attention(xt, yt, qt, "identity")[1].numpy()
+    np.testing.assert_allclose(weights, sim / n, rtol=1e-10, atol=1e-12)
     # identity separation: the OLS prediction (numpy lstsq)
     ols = xq @ np.linalg.lstsq(x, y, rcond=None)[0]
     got = density.density_predict(xt, yt, qt, "identity").numpy()
@@ -180,11 +188,11 @@ def test_memories_rows_follow_the_slow_weights_when_targets_differ():
 def test_correlated_pattern_accuracy_against_a_numpy_loop():
     rng = np.random.default_rng(5)
     t, n, d, rho = 6, 4, 6, 0.7
-    x = tang.correlated_patterns(rng, t, n, d, rho)
+    x = tang_retrieval.correlated_patterns(rng, t, n, d, rho)
     q = x + 0.3 * torch.tensor(rng.normal(size=tuple(x.shape)))
     xs, qs = x.numpy(), q.numpy()
-    for sim in tang.SIMILARITIES:
-        for sep in tang.SEPARATIONS:
+    for sim in tang_retrieval.SIMILARITIES:
+        for sep in tang_retrieval.SEPARATIONS:
             correct = 0
             for k in range(t):
                 keys = xs[k]
@@ -203,13 +211,13 @@ def test_correlated_pattern_accuracy_against_a_numpy_loop():
                         r @ keys[i] / np.linalg.norm(r) / np.linalg.norm(keys[i]) for i in range(n)
                     ]
                     correct += int(np.argmax(cos) == mu)
-            got = tang.retrieval_accuracy(x, q, sim, sep, beta=5.0)
+            got = tang_retrieval.retrieval_accuracy(x, q, sim, sep, beta=5.0)
             assert got == correct / (t * n), (sim, sep)
 
 
 def test_correlated_patterns_have_the_equicorrelated_covariance():
     n, d, rho = 40000, 4, 0.6
-    x = tang.correlated_patterns(np.random.default_rng(6), 1, n, d, rho)[0].numpy()
+    x = tang_retrieval.correlated_patterns(np.random.default_rng(6), 1, n, d, rho)[0].numpy()
     want = (1 - rho) * np.eye(d) + rho * np.ones((d, d))
     # sample covariance entries have standard deviation ≤ √(2/n) ≈ 0.007: allow 5 of them
     np.testing.assert_allclose(x.T @ x / n, want, atol=5 * math.sqrt(2 / n))
@@ -220,25 +228,25 @@ def test_scale_vs_correlation_pieces_against_numpy():
     x = rng.normal(size=(50, 3)) @ np.array([[2.0, 0.0, 0.0], [1.5, 0.5, 0.0], [0.3, 0.2, 0.1]])
     xt, y = rng.normal(size=(8, 3)), rng.normal(size=(50, 1))
     tx, ty, tq = torch.tensor(x), torch.tensor(y), torch.tensor(xt)
-    xs, xts = tang.preprocess("standardised", tx, tq)
+    xs, xts = tang_scaling.preprocess("standardised", tx, tq)
     np.testing.assert_allclose(xs.numpy(), (x - x.mean(0)) / x.std(0), rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(xts.numpy(), (xt - x.mean(0)) / x.std(0), rtol=1e-12, atol=1e-13)
-    xw, xtw = tang.preprocess("whitened", tx, tq)
+    xw, xtw = tang_scaling.preprocess("whitened", tx, tq)
     np.testing.assert_allclose(xw.numpy().T @ xw.numpy() / 50, np.eye(3), atol=1e-9)
     # regression-like attention on whitened data with c = 1 is OLS on the whitened data
     w = xw.numpy()
     ols = xtw.numpy() @ np.linalg.lstsq(w, y, rcond=None)[0]
-    got = tang.linear_regression_attention(xw, ty, xtw).numpy()
+    got = tang_scaling.linear_regression_attention(xw, ty, xtw).numpy()
     np.testing.assert_allclose(got, ols, rtol=1e-7, atol=1e-8)
     e = np.exp(0.4 * xt @ x.T)
     np.testing.assert_allclose(
-        tang.softmax_regression(tx, ty, tq, 0.4).numpy(),
+        tang_scaling.softmax_regression(tx, ty, tq, 0.4).numpy(),
         (e / e.sum(1, keepdims=True)) @ y,
         rtol=1e-10,
     )
     fit, val = np.arange(10, 50), np.arange(10)
     p = x[val] @ x[fit].T @ y[fit] / 40
-    assert tang.best_scale(tx, ty, fit, val) == pytest.approx(
+    assert tang_scaling.best_scale(tx, ty, fit, val) == pytest.approx(
         float((p * y[val]).sum() / (p * p).sum()), rel=1e-12
     )
 
@@ -294,8 +302,8 @@ def test_tiny_compare_run_has_every_section():
         conventions.QUESTION,
         density.QUESTION,
         memories.QUESTION,
-        tang.QUESTION_A,
-        tang.QUESTION_B,
+        tang_retrieval.QUESTION,
+        tang_scaling.QUESTION,
         locality.QUESTION,
     ):
         assert any(ch.isdigit() for ch in result.summary[question]), question
