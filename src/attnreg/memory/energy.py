@@ -60,9 +60,11 @@ similarity and the raw patterns as values (``readout="pattern"`` of :meth:`Energ
 
 Steps, similarities, read-outs and energies run on the attention core
 (:func:`attnreg.core.associate`): dot similarity on the whitened patterns, with identity,
-signed power ``sign(s)|s|ⁿ⁻¹`` or softmax separation. The power energy's sum comes from the step
-by Euler's theorem for the homogeneous ``F``: ``Σ_i |s_i|ⁿ = Σ_i s_i F'(s_i) = ξᵀ K̃ᵀF'(K̃ξ)``;
-the softmax energy's ``log Σ_i exp(β s_i)`` from :func:`attnreg.memory.base.log_sum_exp`.
+signed power ``sign(s)|s|ⁿ⁻¹`` (the core's ``power`` for even ``n``, whose odd exponent keeps
+the sign; ``signed_power`` for odd ``n``) or softmax separation. The power energy's sum comes
+from the step by Euler's theorem for the homogeneous ``F``:
+``Σ_i |s_i|ⁿ = Σ_i s_i F'(s_i) = ξᵀ K̃ᵀF'(K̃ξ)``; the softmax energy's ``log Σ_i exp(β s_i)``
+from :func:`attnreg.memory.base.log_sum_exp`.
 
 **Extreme magnitudes** (entries at 1e±200 … 1e±300): the scale-equivariant answer, or a
 ``ValueError`` naming the argument; never silent zeros or NaN.
@@ -72,10 +74,12 @@ the softmax energy's ``log Σ_i exp(β s_i)`` from :func:`attnreg.memory.base.lo
   (:func:`attnreg.core.scaling.power_of_two_scale`; exact in binary floating point). Values
   (the pattern read-out ``K``) are rescaled the same way and the factor is put back.
 * Quadratic and power: ``F`` is homogeneous, so ``F'(2ᵉ s) = 2^{e(n−1)} F'(s)`` and
-  ``F(2ᵉ s) = 2^{en} F(s)``. Each state is divided by the power of two ``2ᵉ`` of its largest
-  entry, computed at unit scale, and the exact factor is put back. An answer beyond the
-  float range is a ``ValueError`` naming the states: overflow (e.g. ``|s|ⁿ⁻¹`` of states at
-  1e300), or underflow of a non-zero answer (e.g. the cube of states at 1e-200).
+  ``F(2ᵉ s) = 2^{en} F(s)``. When a state's largest entry lies outside
+  ``2^±(maxexp/(4(n−1)))`` (for the energies: always), each state is divided by the power of
+  two ``2ᵉ`` of its largest entry, computed at unit scale, and the exact factor is put back.
+  An answer beyond the float range is a ``ValueError`` naming the states: overflow (e.g.
+  ``|s|ⁿ⁻¹`` of states at 1e300), or underflow of a non-zero answer (e.g. the cube of states
+  at 1e-200).
 * Softmax: not scale-equivariant (``softmax(β · 2ᵉ s)`` sharpens with ``e``), so states are
   used as given. Scores ``β s`` that overflow are a ``ValueError`` naming the states; finite
   scores, however large or small, give the correct weights (a step is then a convex
@@ -156,6 +160,11 @@ def _row_exponents(x: torch.Tensor) -> torch.Tensor:
     return exponent
 
 
+def _max_exponent(dtype: torch.dtype) -> int:
+    """``maxexp`` of the dtype (1024 for float64): its largest finite value is below 2^maxexp."""
+    return int(math.log2(torch.finfo(dtype).max)) + 1
+
+
 def _ldexp(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     """``x · 2^shift`` (``shift`` integer, broadcast), in factors of at most ``2^±1000`` so that
     no power of two overflows on the way: exact wherever the result is a normal number."""
@@ -198,6 +207,32 @@ def _value_exponent(values: torch.Tensor) -> torch.Tensor:
     return exponent if values.ndim == 3 else exponent[0]
 
 
+def _within(maxima: torch.Tensor, limit: int) -> bool:
+    """Whether every maximum lies in ``[2^-limit, 2^limit]`` (a zero maximum does not)."""
+    low, high = torch.aminmax(maxima)
+    return 2.0**-limit <= float(low) and float(high) <= 2.0**limit
+
+
+def _associate(
+    states: torch.Tensor,
+    whitened: torch.Tensor,
+    values: torch.Tensor,
+    energy: str,
+    n: int,
+    beta: float,
+    memory_budget: int,
+) -> torch.Tensor:
+    """``Σ_i F'(s_i) v_i`` (softmax: ``softmax(β s)``) by the core, as given."""
+    if energy == "softmax":
+        kw: dict[str, Any] = {"separation": "softmax", "beta": beta}
+    else:  # F'(s) = sign(s)|s|ⁿ⁻¹: the core's power separation keeps the sign for odd n − 1
+        separation = "identity" if n == 2 else "power" if n % 2 == 0 else "signed_power"
+        kw = {"separation": separation, "power": max(1, n - 1)}
+    out = associate(states, whitened, values, memory_budget=memory_budget, **kw)
+    assert isinstance(out, torch.Tensor)
+    return out
+
+
 def _step(
     states: torch.Tensor,
     whitened: torch.Tensor,
@@ -210,31 +245,26 @@ def _step(
 ) -> torch.Tensor:
     """:func:`family_step` with the argument name ``name`` in its errors."""
     v = whitened if values is None else values
-    e_v = _value_exponent(v)
+    n = 2 if energy == "quadratic" else power
+    # K̃ has rows of norm ≤ 1: only given values can need rescaling
+    limit = _max_exponent(states.dtype) // 4
+    plain_values = values is None or _within(values.abs().amax(dim=(-2, -1)), limit)
+    if energy != "softmax" and plain_values and _within(states.abs().amax(-1), limit // (n - 1)):
+        # ordinary magnitudes: |s|ⁿ⁻¹ stays within 2^±(maxexp/4), nothing to rescale
+        return _associate(states, whitened, v, energy, n, beta, memory_budget)
+    e_v = torch.zeros((), dtype=torch.int32) if plain_values else _value_exponent(v)
     if bool((e_v != 0).any()):
         v = _ldexp(v, -e_v)
     if energy == "softmax":
-        out = associate(
-            states, whitened, v, separation="softmax", beta=beta, memory_budget=memory_budget
-        )
-        assert isinstance(out, torch.Tensor)
+        out = _associate(states, whitened, v, energy, n, beta, memory_budget)
         if not bool(torch.isfinite(out).all()):
             raise ValueError(
                 f"{name}: the softmax scores β·s overflow {states.dtype} (β = {beta:g}, "
                 f"largest |ξ| = {float(states.abs().max()):.3g}); scale the {name} down"
             )
         return _restore(out, e_v, name) if bool((e_v != 0).any()) else out
-    n = 2 if energy == "quadratic" else power
     e = _row_exponents(states)
-    unit = associate(
-        _ldexp(states, -e),
-        whitened,
-        v,
-        separation="identity" if n == 2 else "signed_power",
-        power=max(1, n - 1),
-        memory_budget=memory_budget,
-    )
-    assert isinstance(unit, torch.Tensor)
+    unit = _associate(_ldexp(states, -e), whitened, v, energy, n, beta, memory_budget)
     return _restore(unit, (n - 1) * e + e_v, name)
 
 
@@ -332,7 +362,9 @@ class EnergyMemory:
     ``power`` = ``n``) or ``"softmax"`` (inverse temperature ``beta``). ``store(K)`` keeps the
     patterns and their whitening ``K̃`` (``whitened_``); ``step`` is one concave–convex update;
     ``retrieve`` iterates it; ``energy(ξ)`` evaluates ``E_F``; ``decode`` maps states to pattern
-    coordinates (``S^{1/2} ξ``).
+    coordinates (``S^{1/2} ξ``). At extreme magnitudes every method gives the scale-equivariant
+    answer (quadratic, power; softmax as computed) or a ``ValueError`` naming the argument,
+    never silent zeros or NaN (module docstring).
     """
 
     def __init__(
