@@ -28,7 +28,7 @@ from attnreg.bench.common import (
     time_interleaved,
 )
 from attnreg.constructions.ols import OLSAttention, OLSTransformer
-from attnreg.core.attention import associate
+from attnreg.core.retrieval import associate
 from attnreg.estimators import KernelSmoother
 
 
