@@ -10,7 +10,7 @@ from scipy.special import softmax
 from attnreg import associate
 from attnreg.bench.dense import cholesky_predict, lstsq_predict, p1_data
 from attnreg.constructions.ols import OLSAttention, OLSTransformer
-from attnreg.core.streamed import _streamed_3d, chunk_sizes, fused_softmax
+from attnreg.core.streamed import chunk_sizes, fused_softmax, streamed
 from attnreg.core.whitening import right_singular, whitening_matrix
 
 
@@ -48,7 +48,7 @@ def test_streamed_blocks_equal_the_whole_score_matrix(similarity, separation):
     expected = w @ v.numpy()
     for budget in (8 * 3 * 2 * 7 * 5, 8 * 3 * 2 * 13 * 64, 2**30):  # 7-key, 64-key, one block
         qm, scale = _folded(q, similarity, beta, metric)
-        got = _streamed_3d(qm, k, v, similarity, separation, scale, 3, False, budget)
+        got = streamed(qm, k, v, similarity, separation, scale, 3, False, 1, budget)
         np.testing.assert_allclose(got.numpy(), expected, rtol=1e-10, atol=1e-11)
 
 
@@ -100,7 +100,7 @@ def test_associate_softmax_float32_matches_float64_reference():
 
 def test_streamed_softmax_gradients_equal_plain_autograd():
     q, k, v = (t.requires_grad_() for t in _data(3, m=4, n=40))
-    out = _streamed_3d(q, k, v, "euclidean", "softmax", 0.8, 2, False, 8 * 3 * 2 * 4 * 6)
+    out = streamed(q, k, v, "euclidean", "softmax", 0.8, 2, False, 1, 8 * 3 * 2 * 4 * 6)
     grads = torch.autograd.grad(out.sum(), (q, k, v))
     plain = torch.softmax(-0.8 * torch.cdist(q, k), -1) @ v
     expected = torch.autograd.grad(plain.sum(), (q, k, v))

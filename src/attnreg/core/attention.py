@@ -44,18 +44,20 @@ streamed      every other case                            no ``mask_self``, no h
 * **streamed** — blocks of keys sized to ``memory_budget`` bytes (:mod:`attnreg.core.streamed`).
 
 **Hooks observe; they do not steer.** Hook points (TransformerLens style, Nanda et al. 2022):
-``hook_q``, ``hook_k``, ``hook_v`` (after the head axis, before β), ``hook_scores`` (``β · sim``,
-before separation), ``hook_weights`` (after separation, ``normalize`` and the mean),
-``hook_output``. A read-only hook on ``hook_q``/``k``/``v``/``output`` leaves the path, and the
-output, bit for bit as it was. A hook on ``hook_scores`` or ``hook_weights`` needs the explicit
-scores: the output is then computed on the explicit path from the hooked tensors, and differs
-from the fast path's by rounding only. With ``u`` the unit roundoff, ``n = d + N + dv + do``
-and ``R`` the output computed from absolute values (``|β| |Q||M||K|ᵀ`` for bilinear scores,
-``|β| |s|`` for distances, times ``|V| |W_O|``), componentwise
+``hook_q``, ``hook_k``, ``hook_v`` (as given, before a tensor β scales the queries),
+``hook_scores`` (``β · sim``, before separation), ``hook_weights`` (after separation,
+``normalize`` and the mean), ``hook_output``. A read-only hook on ``hook_q``/``k``/``v``/
+``output`` leaves the path, and the output, bit for bit as it was. A hook on ``hook_scores``
+or ``hook_weights`` needs the explicit scores: the output is then computed on the explicit path
+from the hooked tensors, and differs from the fast path's by rounding only. With ``u`` the unit
+roundoff, ``γ_n = n u / (1 − n u)``, ``n = 2d + N + dv + do`` and ``R`` the output computed
+from absolute values (``|β| |Q||M||K|ᵀ`` for bilinear scores, ``|β| |s|`` for distances, times
+``|V| |W_O|``), componentwise
 
 * identity: ``|Δ| ≤ 2 γ_n R``; power and signed power (weights ``|s|ᵖ``): ``|Δ| ≤ 2 p γ_n R``;
 * softmax (weights ``w``, ``R = w |V| |W_O|``): ``|Δ| ≤ 2 (γ_n + 2 γ_d max_j |β s_j|) R``;
-* ``normalize`` multiplies the bound by the mass's condition ``Σ_j |w_j| / |Σ_j w_j|``;
+* ``normalize``: ``R`` from the weights divided by ``|Σ_j w_j|``, the bound multiplied by
+  ``1 + Σ_j |w_j| / |Σ_j w_j|`` (the condition of the mass);
 * max: the same value row, unless two scores tie within ``γ_d`` of each other.
 
 :class:`attnreg.core.hooks.Hooked` gives any module holding cores ``run_with_cache`` and
