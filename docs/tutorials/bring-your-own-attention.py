@@ -141,7 +141,8 @@ class SoftmaxHead(Hooked):
 # estimator family (OLS; one GD step, η; ridge, λ; the softmax kernel smoother, β; GD++;
 # preconditioned GD, a `d × d` matrix Γ) to those predictions on half of the tasks, and scores
 # each fit by its R² on the other half. The *best* family is the simplest one whose R² is
-# within 10⁻³ of the highest.
+# within 10⁻³ of the highest; if even the highest R² is below 0.5, or the predictor's outputs
+# have zero variance (R² undefined), no family explains it and `best` is `None`.
 #
 # Before any training, both layers sit at points where the answer is known, which makes a
 # check of the plumbing:

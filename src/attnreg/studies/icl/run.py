@@ -35,7 +35,7 @@ import torch
 from attnreg.constructions import OLSTransformer
 from attnreg.core.threads import torch_threads
 from attnreg.data.tasks import Tasks, TaskSampler, eval_loss
-from attnreg.explain import explain
+from attnreg.explaining import explain
 from attnreg.models import TokenModel, TrainableLSA
 from attnreg.progress import Progress
 from attnreg.studies.common import StudyResult, check
@@ -221,6 +221,9 @@ def _run(cfg: ICLConfig, progress: Progress) -> StudyResult:
                 ex = explain(predictor, held)
             for r in ex.rows():
                 rows.append({"kind": "explain", "model": label, **r})
+            if ex.best is None:
+                summary[f"explain {label}"] = ex.verdict()
+                continue
             best = ex.fit(ex.best)
             summary[f"explain {label}"] = (
                 f"best family {ex.best} ({_short(best.params) or 'no parameter'}; R² held out "
