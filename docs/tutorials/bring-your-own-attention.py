@@ -50,7 +50,8 @@ from attnreg.core.attention import Attention, Hooked
 from attnreg.data.regression import load_regression
 from attnreg.data.tasks import eval_loss, line_search_eta, query_loss, von_oswald_tasks
 from attnreg.estimators import ZeroPredictor
-from attnreg.training import PlateauWarning, TrainConfig, train
+from attnreg.plateaus import PlateauWarning
+from attnreg.training import TrainConfig, train
 
 # These tensors are small: one thread is fastest, and it keeps the page quick on a busy machine.
 torch.set_num_threads(1)

@@ -20,7 +20,7 @@ evaluation tasks; ``cos_sensitivity``, ``model_diff``, ``pred_diff`` against the
 (:mod:`attnreg.studies.icl.metrics`); ``learned_eta`` read from the scale-normalised weights of
 one-layer LSA models (``None`` otherwise) and the reference's ``reference_eta``; ``plateau``:
 ``None`` if training showed no loss plateau, else a sentence saying where and whether the run
-escaped it or ended stuck on it (:func:`attnreg.training.find_plateaus`).
+escaped it or ended stuck on it (:func:`attnreg.plateaus.find_plateaus`).
 """
 
 from __future__ import annotations
