@@ -8,7 +8,7 @@ import torch
 from scipy.special import softmax
 
 from attnreg import associate
-from attnreg.bench.dense import cholesky_predict, lstsq_predict, p1_data
+from attnreg.bench.p1_ols import cholesky_predict, lstsq_predict, p1_data
 from attnreg.constructions.ols import OLSAttention, OLSTransformer
 from attnreg.core.attention import _fused_softmax, _streamed_3d, chunk_sizes
 from attnreg.core.whitening import right_singular, whitening_matrix
