@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -237,6 +239,24 @@ def test_cli_out_writes_the_rows(tmp_path) -> None:
         app, ["explain", "--construction", "gd", "--tasks", "40", "--json", "--out", str(out)]
     )
     assert result.exit_code == 0, result.output
-    import json
-
     assert json.loads((out / "explain_rows.json").read_text()) == json.loads(result.stdout)
+
+
+def test_cli_a_zero_layer_is_explained_by_no_family(tmp_path) -> None:
+    from attnreg.models import TrainableLSA, save_model
+
+    model = TrainableLSA(4, seed=0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    path = save_model(tmp_path / "zero.pt", model, {"n_ctx": 6})
+    args = ["explain", str(path), "--tasks", "40", "--json", "--out", str(tmp_path / "ex")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert len(rows) == 6 and all(r["r2"] is None and not r["best"] for r in rows)
+    summary = json.loads((tmp_path / "ex" / "explain_summary.json").read_text())["summary"]
+    assert "no family explains it" in summary["best family"]
+    assert "zero variance" in summary["best family"]
+    table = runner.invoke(app, ["explain", str(path), "--tasks", "40"])
+    assert table.exit_code == 0 and "undefined" in table.output and "yes" not in table.output

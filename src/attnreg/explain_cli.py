@@ -5,6 +5,7 @@ not a writable folder) is one line on stderr and exit status 2, like the study c
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -202,7 +203,7 @@ def explain_command(
         table.add_row(
             row["family"],
             row["params"] or "-",
-            f"{row['r2']:.6f}",
+            "undefined" if math.isnan(row["r2"]) else f"{row['r2']:.6f}",
             f"{row['cosine']:.6f}",
             "[green]yes[/green]" if row["best"] else "",
         )
