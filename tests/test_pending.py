@@ -178,11 +178,16 @@ def test_orphaned_claim_of_a_dead_process_is_recovered_a_live_ones_is_left(tmp_p
     ResultsStore(store).close()
     name = pending.pending_path(store).name
     orphan = store.with_name(f"{name}.{_dead_pid()}")
-    live = store.with_name(f"{name}.{os.getppid()}")  # our parent: alive, maybe recovering
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    live = store.with_name(f"{name}.{alive.pid}")  # a live process, maybe still recovering
     _write(orphan, _line(_cell(0)), BAD["invalid status"])
     _write(live, _line(_cell(1)))
     _write(pending.pending_path(store), _line(_cell(2)))
-    ResultsStore(store).close()
+    try:
+        ResultsStore(store).close()
+    finally:
+        alive.kill()
+        alive.wait()
     assert _stored(store) == _expected(_cell(0), _cell(2))
     assert not orphan.exists() and live.read_bytes() == _line(_cell(1)) + b"\n"
     assert pending.read_lines(pending.rejected_path(store)) == [BAD["invalid status"]]
