@@ -144,30 +144,40 @@ def test_mismatched_shapes_are_named():
         associate(torch.zeros(2, 3), torch.zeros(4, 2), torch.zeros(4, 1))
 
 
-def test_context_mean_divides_the_sum_over_keys_on_every_path():
+@pytest.mark.parametrize(
+    ("separation", "paths"),
+    [("identity", ["explicit", "linear", "streamed"]), ("power", ["explicit", "streamed"])],
+)
+def test_context_mean_divides_the_weights_on_every_path(separation, paths):
+    """``mean=True``: the weights ``sep(q M kᵀ)`` divided by N (for power ``sᵖ / N``, not
+    ``(s / N)ᵖ``), on each path that accepts the separation, with and without a hook."""
     from attnreg.core.attention import Attention
 
     rng = np.random.default_rng(11)
     q, k, v = (torch.from_numpy(rng.normal(size=s)) for s in [(2, 4, 3), (2, 9, 3), (2, 9, 2)])
     metric = torch.from_numpy(rng.normal(size=(3, 3)))
     qn, kn, vn, mn = q.numpy(), k.numpy(), v.numpy(), metric.numpy()
-    scores = qn @ mn @ kn.transpose(0, 2, 1) / 9
-    expected = scores @ vn
-    # componentwise bounds γ_n |Q||M||K|ᵀ(|V|) / N, doubled for the reference's own rounding
+    p = 1 if separation == "identity" else 3
+    scores = qn @ mn @ kn.transpose(0, 2, 1)
+    expected = scores**p / 9 @ vn
+    # componentwise bounds γ_n (|Q||M||K|ᵀ)ᵖ |V| / N, doubled for the reference's own rounding
     unit = np.finfo(np.float64).eps / 2
-    abs_scores = np.abs(qn) @ np.abs(mn) @ np.abs(kn).transpose(0, 2, 1) / 9
-    core = Attention("dot", "identity")
-    linear = core(q, k, v, metric=metric, mean=True).numpy()
+    abs_scores = np.abs(qn) @ np.abs(mn) @ np.abs(kn).transpose(0, 2, 1)
+    out_bound = 2 * 20 * p * unit * (abs_scores**p / 9 @ np.abs(vn))
+    core = Attention("dot", separation, power=3)
+    for path in paths:
+        got = core(q, k, v, metric=metric, mean=True, path=path).numpy()
+        assert np.all(np.abs(got - expected) <= out_bound), path
     seen = []
-    handle = core.hook_scores.register_forward_hook(lambda m, i, o: seen.append(o))
-    explicit = core(q, k, v, metric=metric, mean=True).numpy()
+    handle = core.hook_weights.register_forward_hook(lambda m, i, o: seen.append(o))
+    hooked = core(q, k, v, metric=metric, mean=True).numpy()
     handle.remove()
-    assert np.all(np.abs(seen[0].numpy() - scores) <= 2 * 8 * unit * abs_scores)
-    out_bound = 2 * 20 * unit * (abs_scores @ np.abs(vn))
-    assert np.all(np.abs(linear - expected) <= out_bound)
-    assert np.all(np.abs(explicit - expected) <= out_bound)
+    assert np.all(np.abs(seen[0].numpy() - scores**p / 9) <= 2 * 8 * p * unit * abs_scores**p / 9)
+    assert np.all(np.abs(hooked - expected) <= out_bound)
     with pytest.raises(ValueError, match="mean: a context mean needs identity, power"):
         Attention("dot", "softmax")(q, k, v, mean=True)
+    with pytest.raises(ValueError, match="mean: normalize already divides"):
+        Attention("dot", separation, normalize=True)(q, k, v, mean=True)
 
 
 @pytest.mark.parametrize("similarity", ["dot", "scaled_dot"])

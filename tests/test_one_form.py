@@ -50,7 +50,10 @@ ALLOWED: dict[str, str] = {
     "the dual ridge Gram X Xᵀ + λI and predictions x* Wᵀ from GD weights",
     "data/regression.py": "data generation: the covariance Q Λ Qᵀ from its eigenvectors",
     "data/tasks.py": "data generation: the task covariance Q Λ Qᵀ from its eigenvectors",
-    "bench/dense.py": "benchmark references computed by hand to time the core against",
+    "bench/p2_retrieval.py": "benchmark: PyTorch's fused SDPA, the reference the core is timed "
+    "against",
+    "bench/p7_kernel_smoother.py": "benchmark: the SDPA timing reference and a float64 softmax "
+    "over all keys for the agreement check",
     "studies/verify/certificate.py": "designs built from SVD factors (data generation)",
     "memory/classical.py": "the asynchronous dense-associative-memory sweep updates the "
     "overlaps one coordinate at a time (the core's step is synchronous)",

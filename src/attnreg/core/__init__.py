@@ -1,20 +1,14 @@
-"""The core: input checks, whitening, and the chunked similarity-separation-projection kernel."""
+"""The core: input checks, whitening, and the attention core with its paths and hook points."""
 
-from attnreg.core.attention import (
-    SEPARATIONS,
-    SIMILARITIES,
-    Attention,
-    Hooked,
-    HookPoint,
-    associate,
-    separate,
-    similarity_scores,
-    whitened_metric,
-)
+from attnreg.core.attention import PATHS, Attention, choose_path
+from attnreg.core.hooks import Hooked, HookPoint
+from attnreg.core.retrieval import associate, whitened_metric
+from attnreg.core.scores import SEPARATIONS, SIMILARITIES, separate, similarity_scores
 from attnreg.core.validation import as_tensor, check_tasks
 from attnreg.core.whitening import ConditioningWarning, RankWarning, Whitening, whitening_matrix
 
 __all__ = [
+    "PATHS",
     "SEPARATIONS",
     "SIMILARITIES",
     "Attention",
@@ -26,6 +20,7 @@ __all__ = [
     "as_tensor",
     "associate",
     "check_tasks",
+    "choose_path",
     "separate",
     "similarity_scores",
     "whitened_metric",

@@ -15,7 +15,7 @@ whitened patterns: orthonormal when ``N ≤ d``, a tight frame when ``N > d``. I
 (:func:`attnreg.core.whitening.whitening_matrix`, R-SVD, so the error grows like ``κ(K)``,
 not ``κ(K)²``). For ``N ≤ d`` it whitens ``Kᵀ``, whose covariance is the Gram matrix ``G``
 (Gram whitening). For ``N > d`` it whitens ``K`` (covariance ``S``). The attention's whitened
-dot ``k_iᵀ S⁺ ξ`` (:func:`attnreg.core.attention.whitened_metric`) is the same similarity read in
+dot ``k_iᵀ S⁺ ξ`` (:func:`attnreg.core.retrieval.whitened_metric`) is the same similarity read in
 pattern coordinates: ``k_iᵀ S⁺ η = k̃_iᵀ ξ`` for ``η = S^{1/2} ξ``.
 
 **Energy and step.** For a separation function ``F``:
@@ -95,8 +95,8 @@ from typing import Any
 import torch
 
 from attnreg.core import associate
-from attnreg.core.attention import DEFAULT_MEMORY_BUDGET
 from attnreg.core.scaling import power_of_two_scale
+from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
 from attnreg.core.validation import as_tensor, check_choice, check_positive, check_positive_int
 from attnreg.core.whitening import whitening_matrix
 from attnreg.memory.base import check_patterns, check_states, log_sum_exp

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from attnreg.core.attention import DEFAULT_MEMORY_BUDGET, SEPARATIONS, associate
+from attnreg.core import SEPARATIONS, associate
+from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
 from attnreg.core.validation import check_choice, check_positive, check_positive_int
 from attnreg.core.whitening import whitening_matrix
 from attnreg.memory.base import (
