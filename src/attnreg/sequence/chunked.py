@@ -22,7 +22,7 @@ overflows whatever the gates. The intra-block terms of all blocks are computed a
   triangular solve per block.
 * **Mesa** (von Oswald et al. 2025, MesaNet): ``H^{kk}_t = e^{G_t} H^{kk}_0 + Σ_{i≤t} L_{ti} β_i
   k_i k_iᵀ`` is formed for every position of a group of blocks and ``(H^{kk}_t + Λ) x_t = q_t`` is
-  solved exactly (batched Cholesky; LU where Cholesky breaks down numerically); then
+  solved exactly (batched LU with partial pivoting, one factorisation per position); then
   ``o_t = e^{G_t} H^{kv}_0ᵀ x_t + Σ_{i≤t} L_{ti} β_i (k_iᵀ x_t) v_i``.
 """
 
@@ -75,13 +75,16 @@ def linear_chunked(
     or ``None``) in blocks of ``chunk`` tokens."""
     t_len = q.shape[2]
     qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
+    if log_decay is None:
+        writes = kc.mT @ vc  # (B, H, N, d_k, d_v)
+        entering = torch.cat([torch.zeros_like(writes[:, :, :1]), writes[:, :, :-1].cumsum(2)], 2)
+        return unblock(qc @ entering + (qc @ kc.mT).tril() @ vc, t_len)
     g, decay = _log_decays(log_decay, q, chunk)
-    intra = ((qc @ kc.mT) * decay) @ vc
     last = g[..., -1:]
-    writes = (kc * (last - g).exp().unsqueeze(-1)).mT @ vc  # (B, H, N, d_k, d_v)
+    writes = (kc * (last - g).exp().unsqueeze(-1)).mT @ vc
     entering = _carry(writes, last.squeeze(-1).exp())
     inter = (qc * g.exp().unsqueeze(-1)) @ entering
-    return unblock(intra + inter, t_len)
+    return unblock(inter + ((qc @ kc.mT) * decay) @ vc, t_len)
 
 
 def _carry(writes: torch.Tensor, block_decay: torch.Tensor) -> torch.Tensor:
@@ -103,29 +106,39 @@ def delta_chunked(
     chunk: int = CHUNK,
 ) -> torch.Tensor:
     """The (gated) delta rule ``S_t = α_t S_{t−1} + k_t (β_t (v_t − α_t S_{t−1}ᵀ k_t))ᵀ``,
-    ``o_t = S_tᵀ q_t``, by the WY / UT transform in blocks of ``chunk`` tokens."""
+    ``o_t = S_tᵀ q_t``, by the WY / UT transform in blocks of ``chunk`` tokens. The loop over
+    blocks carries the state only (two products per block); the outputs of all blocks are
+    formed after it."""
     t_len, d_v = q.shape[2], v.shape[-1]
     qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
-    bc = blocks(beta, chunk)
-    g, decay = _log_decays(log_decay, q, chunk)
-    strict = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril(-1)
-    eye = torch.eye(chunk, dtype=q.dtype, device=q.device)
-    system = eye + (bc.unsqueeze(-1) * (kc @ kc.mT) * decay).masked_fill(~strict, 0)
-    rhs = torch.cat([bc.unsqueeze(-1) * vc, (bc * g.exp()).unsqueeze(-1) * kc], dim=-1)
-    solved = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
+    bc = blocks(beta, chunk).unsqueeze(-1)
+    lower = bc * (kc @ kc.mT)
+    scores = qc @ kc.mT
+    if log_decay is None:
+        k_scaled, q_decayed, k_decayed, block_decay = bc * kc, qc, kc, None
+        scores = scores.tril()
+    else:
+        g, decay = _log_decays(log_decay, q, chunk)
+        lower, scores = lower * decay, scores * decay
+        k_scaled, q_decayed = bc * g.exp().unsqueeze(-1) * kc, qc * g.exp().unsqueeze(-1)
+        last = g[..., -1:]
+        k_decayed, block_decay = kc * (last - g).exp().unsqueeze(-1), last.squeeze(-1).exp()
+    # (I + A) with A strictly lower: the unit diagonal is implied (unitriangular), not read
+    solved = torch.linalg.solve_triangular(
+        lower.tril(-1), torch.cat([bc * vc, k_scaled], dim=-1), upper=False, unitriangular=True
+    )
     u_local, w = solved[..., :d_v], solved[..., d_v:]
-    scores = (qc @ kc.mT) * decay
-    q_decayed = qc * g.exp().unsqueeze(-1)
-    last = g[..., -1:]
-    k_decayed = kc * (last - g).exp().unsqueeze(-1)
-    block_decay = last.squeeze(-1).exp()
     state = q.new_zeros(*q.shape[:2], q.shape[-1], d_v)
-    outs = []
+    entering, pseudo = [], []
     for n in range(qc.shape[2]):
         u = u_local[:, :, n] - w[:, :, n] @ state
-        outs.append(q_decayed[:, :, n] @ state + scores[:, :, n] @ u)
-        state = block_decay[:, :, n, None, None] * state + k_decayed[:, :, n].mT @ u
-    return unblock(torch.stack(outs, dim=2), t_len)
+        entering.append(state)
+        pseudo.append(u)
+        state = k_decayed[:, :, n].mT @ u + (
+            state if block_decay is None else block_decay[:, :, n, None, None] * state
+        )
+    out = q_decayed @ torch.stack(entering, 2) + scores @ torch.stack(pseudo, 2)
+    return unblock(out, t_len)
 
 
 def mesa_chunked(
@@ -139,40 +152,38 @@ def mesa_chunked(
 ) -> torch.Tensor:
     """``o_t = H^{kv}_tᵀ (H^{kk}_t + diag(λ))⁻¹ q_t`` with the decayed, β-weighted second moments
     ``H^{kk}_t``, ``H^{kv}_t`` (``lam (H, d_k)``), an exact solve per position, in blocks of
-    ``chunk`` tokens and groups of blocks of about ``MESA_GROUP_BYTES``."""
+    ``chunk`` tokens and groups of blocks of about ``MESA_GROUP_BYTES``. Within a group,
+    ``H^{kk}_t = α_t H^{kk}_{t−1} + β_t k_t k_tᵀ`` is stepped through the ``chunk`` positions of all
+    its blocks at once (each block starting from its carried ``H^{kk}_0``)."""
     t_len, d_k = q.shape[2], q.shape[-1]
     qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
     bc = blocks(beta, chunk)
     g, decay = _log_decays(log_decay, q, chunk)
+    alpha = None if log_decay is None else blocks(log_decay, chunk).exp()
     last = g[..., -1:]
     k_weighted = kc * (bc * (last - g).exp()).unsqueeze(-1)
     block_decay = last.squeeze(-1).exp()
     kk0 = _carry(k_weighted.mT @ kc, block_decay)  # (B, H, N, d_k, d_k) entering each block
     kv0 = _carry(k_weighted.mT @ vc, block_decay)
     mix = decay * bc.unsqueeze(-2)  # L_{ti} β_i
-    reg = torch.diag_embed(lam)[:, None, None]  # (H, 1, 1, d_k, d_k)
+    reg = lam[:, None, None]  # (H, 1, 1, d_k) against the diagonals (B, H, n, C, d_k)
     b, h, n_blocks = qc.shape[:3]
     per_block = b * h * chunk * d_k * d_k * q.element_size() * 3
     step = max(1, MESA_GROUP_BYTES // per_block)
+    kb = bc.unsqueeze(-1) * kc
     outs = []
     for start in range(0, n_blocks, step):
         part = slice(start, start + step)
-        kp, gp = kc[:, :, part], g[:, :, part]
-        outer = (kp.unsqueeze(-1) * kp.unsqueeze(-2)).flatten(-2)  # (B, H, n, C, d_k²)
-        intra = (mix[:, :, part] @ outer).unflatten(-1, (d_k, d_k))
-        kk = gp.exp()[..., None, None] * kk0[:, :, part, None] + intra
-        x = _spd_solve(kk + reg, qc[:, :, part].unsqueeze(-1)).squeeze(-1)
-        inter = (x * gp.exp().unsqueeze(-1)) @ kv0[:, :, part]
-        outs.append(inter + ((x @ kp.mT) * mix[:, :, part]) @ vc[:, :, part])
+        kk = kk0[:, :, part]
+        moments = []
+        for c in range(chunk):
+            if alpha is not None:
+                kk = alpha[:, :, part, c, None, None] * kk
+            kk = kk + kb[:, :, part, c, :, None] * kc[:, :, part, c, None, :]
+            moments.append(kk)
+        system = torch.stack(moments, dim=3)  # (B, H, n, C, d_k, d_k)
+        system.diagonal(dim1=-2, dim2=-1).add_(reg)
+        x = torch.linalg.solve(system, qc[:, :, part].unsqueeze(-1)).squeeze(-1)
+        inter = (x * g[:, :, part].exp().unsqueeze(-1)) @ kv0[:, :, part]
+        outs.append(inter + ((x @ kc[:, :, part].mT) * mix[:, :, part]) @ vc[:, :, part])
     return unblock(torch.cat(outs, dim=2), t_len)
-
-
-def _spd_solve(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a⁻¹ b`` for symmetric positive definite ``a``: Cholesky, and LU with partial pivoting
-    for any matrix whose Cholesky factorisation breaks down in floating point."""
-    factor, info = torch.linalg.cholesky_ex(a)
-    x = torch.cholesky_solve(b, factor)
-    failed = info != 0
-    if bool(failed.any()):
-        x = torch.where(failed[..., None, None], torch.linalg.solve(a, b), x)
-    return x

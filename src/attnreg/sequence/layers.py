@@ -185,7 +185,7 @@ def mesa(
     algorithms in Transformers"; von Oswald et al. 2025, "MesaNet"). ``Λ = diag(λ)``, ``lam`` a
     number or ``(H, d_k)`` (MesaNet's convention), every ``λ > 0``. Both modes solve exactly
     (no conjugate-gradient truncation): the chunked form solves ``(H^{kk}_t + Λ) x = q_t`` per
-    position by batched Cholesky. With ``β = 1``, no decay and one λ it is
+    position by a batched LU solve. With ``β = 1``, no decay and one λ it is
     :func:`attnreg.estimators.causal_ridge`.
     """
     qt, kt, vt = check_qkv(q, k, v)
