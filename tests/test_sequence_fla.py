@@ -178,3 +178,21 @@ def test_mesa_net_exact(mode):
     n = D + ref.heads(ref.log_budget, g.exp().double().numpy())
     tol = torch.from_numpy(16 * ref.U32 * n * parts)
     assert torch.all((ours - theirs).norm(dim=-1).double() <= tol)
+
+
+def test_timing_workload_runs_every_layer_and_its_references():
+    """``attnreg.sequence.workload.bench_sequence`` (the P8 workload) at a small length: every
+    layer is timed with fla's forms beside it, and its call gives the layer's numbers."""
+    from attnreg.sequence import workload
+
+    times = workload.bench_sequence(repeat=1, length=128)
+    assert set(times) == set(workload.LAYERS)
+    for layer, row in times.items():
+        want = {"attnreg", "fla_chunk"} | ({"fla_recurrent"} if layer != "mesa" else set())
+        assert set(row) == want and all(t > 0 for t in row.values())
+    x = workload.workload_inputs(batch=B, heads=H, length=T, d_k=D, d_v=D)
+    ours = workload.attnreg_call("gated_delta_rule", x)
+    theirs = workload.fla_calls("gated_delta_rule", x)["recurrent"]()
+    assert isinstance(theirs, tuple)
+    tol = online_tol(x["q"] * D**-0.5, x["k"], x["v"], x["beta"], x["alpha"])
+    assert torch.all((ours - fla_layout(theirs[0])).norm(dim=-1).double() <= tol)
