@@ -234,23 +234,31 @@ def test_zero_normaliser_is_a_value_error():
         linear_attention(torch.zeros_like(q), k, v, normalize=True)
 
 
-def test_gradients_match_finite_differences():
+@pytest.mark.parametrize("length", [5, 70])
+def test_gradients_match_finite_differences(length):
     """``torch.autograd.gradcheck``: analytic gradients of the chunked forms against central
-    finite differences, in float64."""
+    finite differences, in float64, within one block (5 tokens) and across two (70 tokens, in
+    gradcheck's fast mode: random projections of the Jacobian)."""
     g = torch.Generator().manual_seed(12)
-    shape = (1, 1, 5, 3)
-    q, k, v = (
-        torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True) for _ in "qkv"
-    )
-    beta = torch.rand(1, 1, 5, generator=g, dtype=torch.float64).requires_grad_()
-    alpha = (0.5 + 0.5 * torch.rand(1, 1, 5, generator=g, dtype=torch.float64)).requires_grad_()
+    shape = (1, 1, length, 2)
+
+    def leaf(*size, low=0.0):
+        return (
+            low + (1 - low) * torch.rand(*size, generator=g, dtype=torch.float64)
+        ).requires_grad_()
+
+    q, k, v = (torch.randn(shape, generator=g, dtype=torch.float64).requires_grad_() for _ in "qkv")
+    beta, alpha = leaf(1, 1, length), leaf(1, 1, length, low=0.5)
     checks = [
         (lambda q, k, v, a: linear_attention(q, k, v, decay=a), (q, k, v, alpha)),
+        (lambda q, k, v: linear_attention(q, k, v), (q, k, v)),
         (lambda q, k, v, b, a: delta_rule(q, k, v, b, decay=a), (q, k, v, beta, alpha)),
         (lambda q, k, v, b: longhorn(q, k, v, b), (q, k, v, beta)),
         (lambda q, k, v, b, a: mesa(q, k, v, b, decay=a, lam=0.5), (q, k, v, beta, alpha)),
         (lambda q, k, v: softmax_attention(q, k, v), (q, k, v)),
         (lambda q, k, v: local_linear_attention(q, k, v, lam=0.5), (q, k, v)),
     ]
+    if length > 5:  # the forms with blocks: decayed linear attention, delta rule, Mesa
+        checks = [checks[0], checks[2], checks[4]]
     for fn, args in checks:
-        assert torch.autograd.gradcheck(fn, args)
+        assert torch.autograd.gradcheck(fn, args, fast_mode=length > 5)

@@ -89,12 +89,13 @@ def linear_chunked(
 
 def _carry(writes: torch.Tensor, block_decay: torch.Tensor) -> torch.Tensor:
     """The state entering each block: ``S^{(0)} = 0``, ``S^{(n+1)} = a_n S^{(n)} + W_n``."""
-    entering = torch.empty_like(writes)
-    entering[:, :, 0] = 0
     factors = block_decay[..., None, None]
+    state = torch.zeros_like(writes[:, :, 0])
+    entering = [state]
     for n in range(writes.shape[2] - 1):
-        entering[:, :, n + 1] = torch.addcmul(writes[:, :, n], factors[:, :, n], entering[:, :, n])
-    return entering
+        state = torch.addcmul(writes[:, :, n], factors[:, :, n], state)
+        entering.append(state)
+    return torch.stack(entering, dim=2)
 
 
 def delta_chunked(
