@@ -387,26 +387,29 @@ def test_local_linear_attention_generalises_softmax_attention():
 # ---------------------------------------------------------------- chunked vs recurrent
 
 
-def test_chunked_forms_equal_the_recurrences_at_moderate_length():
-    """T = 200 (three full blocks of 64 and a padded one), d = 16: the chunked forms equal the
-    token-by-token recurrences, both within the bounds of the numpy references."""
-    t, d = 200, 16
+@pytest.mark.parametrize("decayed", [False, True])
+def test_chunked_forms_equal_the_recurrences_at_moderate_length(decayed):
+    """T = 600 (two segments of 512 tokens; nine full blocks of 64 and a padded one), d = 16:
+    the chunked forms equal the token-by-token recurrences, both within the bounds of the numpy
+    references."""
+    t, d = 600, 16
     rng = np.random.default_rng(21)
     q = rng.standard_normal((1, 1, t, d))
     k = rng.standard_normal((1, 1, t, d))
     k /= np.linalg.norm(k, axis=-1, keepdims=True)
     v = rng.standard_normal((1, 1, t, DV))
     beta = rng.uniform(0.0, 1.0, (1, 1, t))
-    alpha = rng.uniform(0.9, 1.0, (1, 1, t))
+    alpha = rng.uniform(0.9, 1.0, (1, 1, t)) if decayed else np.ones((1, 1, t))
+    gate = alpha if decayed else None
     steps = np.arange(1, t + 1)
     n = d + ref.log_budget(alpha[0, 0])
 
-    lin = [linear_attention(q, k, v, decay=alpha, mode=m).numpy()[0, 0] for m in MODES]
+    lin = [linear_attention(q, k, v, decay=gate, mode=m).numpy()[0, 0] for m in MODES]
     want, mag = ref.weighted_sum(q[0, 0], k[0, 0], v[0, 0], alpha[0, 0])
     for out in lin:
         assert np.all(np.abs(out - want) <= 4 * ref.U64 * n[:, None] * mag)
 
-    delta = [delta_rule(q, k, v, beta, decay=alpha, mode=m).numpy()[0, 0] for m in MODES]
+    delta = [delta_rule(q, k, v, beta, decay=gate, mode=m).numpy()[0, 0] for m in MODES]
     want, mags = ref.lms(q[0, 0], k[0, 0], v[0, 0], beta[0, 0], alpha[0, 0])
     bound = 8 * ref.U64 * n * steps * np.linalg.norm(q[0, 0], axis=-1) * mags
     for out in delta:
@@ -414,7 +417,7 @@ def test_chunked_forms_equal_the_recurrences_at_moderate_length():
     assert np.all(np.linalg.norm(delta[0] - delta[1], axis=-1) <= 2 * bound)
 
     lam = 0.5
-    ms = [mesa(q, k, v, beta, decay=alpha, lam=lam, mode=m).numpy()[0, 0] for m in MODES]
+    ms = [mesa(q, k, v, beta, decay=gate, lam=lam, mode=m).numpy()[0, 0] for m in MODES]
     want, parts = ref.decayed_ridge(q[0, 0], k[0, 0], v[0, 0], beta[0, 0], alpha[0, 0], lam)
     for out in ms:
         assert np.all(np.linalg.norm(out - want, axis=-1) <= 8 * ref.U64 * n * parts)

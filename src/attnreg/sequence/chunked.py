@@ -8,8 +8,9 @@ from the block's start and the state ``S_0`` entering it,
 ``S_t = e^{G_t} S_0 + Σ_{i≤t} e^{G_t − G_i} k_i u_iᵀ``
 
 where ``u_i = v_i`` for linear attention. Every decay factor is ``e^{(≤ 0)}``, so nothing
-overflows whatever the gates. The intra-block terms of all blocks are computed at once; only the
-``d_k × d_v`` state is carried from block to block, by a loop over the ``N`` blocks.
+overflows whatever the gates. The intra-block terms of all blocks of a segment (``SEGMENT``
+tokens, so that a segment's temporaries stay in cache) are computed at once; only the
+``d_k × d_v`` state is carried from block to block and from segment to segment.
 
 * **linear attention** (Katharopoulos et al. 2020; RetNet, Sun et al. 2023; GLA, Yang et al.
   2024; the chunkwise form of Yang et al. 2024, "Gated Linear Attention Transformers"):
@@ -28,10 +29,13 @@ overflows whatever the gates. The intra-block terms of all blocks are computed a
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import torch
 from torch.nn.functional import pad
 
 CHUNK = 64
+SEGMENT = 512
 MESA_GROUP_BYTES = 64 * 2**20
 
 
@@ -64,38 +68,78 @@ def _log_decays(
     return g, diff.exp()
 
 
+def _segments(
+    step: Callable[..., tuple[torch.Tensor, torch.Tensor]],
+    tensors: Sequence[torch.Tensor | None],
+    state: torch.Tensor,
+    segment: int,
+) -> torch.Tensor:
+    """Run ``step(*slices, state) -> (out, state)`` over segments of ``segment`` tokens (the
+    token axis is 2; the first tensor is ``q``) and concatenate the outputs."""
+    length = tensors[0].shape[2] if tensors[0] is not None else 0
+    outs = []
+    for start in range(0, length, segment):
+        part = [None if t is None else t[:, :, start : start + segment] for t in tensors]
+        out, state = step(*part, state)
+        outs.append(out)
+    return torch.cat(outs, dim=2)
+
+
 def linear_chunked(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     log_decay: torch.Tensor | None,
     chunk: int = CHUNK,
+    segment: int = SEGMENT,
 ) -> torch.Tensor:
     """``S_t = α_t S_{t−1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t`` (``log_decay = log α``, ``(B, H, T)``
-    or ``None``) in blocks of ``chunk`` tokens."""
+    or ``None``) in blocks of ``chunk`` tokens, ``segment`` tokens at a time."""
+    state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
+
+    def step(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lg: torch.Tensor | None, s: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return _linear_segment(q, k, v, lg, s, chunk)
+
+    return _segments(step, [q, k, v, log_decay], state, segment)
+
+
+def _linear_segment(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    log_decay: torch.Tensor | None,
+    state: torch.Tensor,
+    chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One segment from the entering state; returns its outputs and the state leaving it."""
     t_len = q.shape[2]
     qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
     if log_decay is None:
-        writes = kc.mT @ vc  # (B, H, N, d_k, d_v)
-        entering = torch.cat([torch.zeros_like(writes[:, :, :1]), writes[:, :, :-1].cumsum(2)], 2)
-        return unblock(qc @ entering + (qc @ kc.mT).tril() @ vc, t_len)
+        totals = (kc.mT @ vc).cumsum(2) + state.unsqueeze(2)  # state after each block
+        entering = torch.cat([state.unsqueeze(2), totals[:, :, :-1]], 2)
+        out = qc @ entering + (qc @ kc.mT).tril() @ vc
+        return unblock(out, t_len), totals[:, :, -1]
     g, decay = _log_decays(log_decay, q, chunk)
     last = g[..., -1:]
     writes = (kc * (last - g).exp().unsqueeze(-1)).mT @ vc
-    entering = _carry(writes, last.squeeze(-1).exp())
+    entering, state = _carry(writes, last.squeeze(-1).exp(), state)
     inter = (qc * g.exp().unsqueeze(-1)) @ entering
-    return unblock(inter + ((qc @ kc.mT) * decay) @ vc, t_len)
+    return unblock(inter + ((qc @ kc.mT) * decay) @ vc, t_len), state
 
 
-def _carry(writes: torch.Tensor, block_decay: torch.Tensor) -> torch.Tensor:
-    """The state entering each block: ``S^{(0)} = 0``, ``S^{(n+1)} = a_n S^{(n)} + W_n``."""
+def _carry(
+    writes: torch.Tensor, block_decay: torch.Tensor, state: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The state entering each block, ``S^{(n+1)} = a_n S^{(n)} + W_n`` from ``S^{(0)} = state``
+    (stacked, ``(B, H, N, ·, ·)``), and the state after the last block."""
     factors = block_decay[..., None, None]
-    state = torch.zeros_like(writes[:, :, 0])
-    entering = [state]
-    for n in range(writes.shape[2] - 1):
-        state = torch.addcmul(writes[:, :, n], factors[:, :, n], state)
+    entering = []
+    for n in range(writes.shape[2]):
         entering.append(state)
-    return torch.stack(entering, dim=2)
+        state = torch.addcmul(writes[:, :, n], factors[:, :, n], state)
+    return torch.stack(entering, dim=2), state
 
 
 def delta_chunked(
@@ -105,11 +149,38 @@ def delta_chunked(
     beta: torch.Tensor,
     log_decay: torch.Tensor | None,
     chunk: int = CHUNK,
+    segment: int = SEGMENT,
 ) -> torch.Tensor:
     """The (gated) delta rule ``S_t = α_t S_{t−1} + k_t (β_t (v_t − α_t S_{t−1}ᵀ k_t))ᵀ``,
-    ``o_t = S_tᵀ q_t``, by the WY / UT transform in blocks of ``chunk`` tokens. The loop over
-    blocks carries the state only (two products per block); the outputs of all blocks are
-    formed after it."""
+    ``o_t = S_tᵀ q_t``, by the WY / UT transform in blocks of ``chunk`` tokens, ``segment``
+    tokens at a time."""
+    state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
+
+    def step(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        b: torch.Tensor,
+        lg: torch.Tensor | None,
+        s: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return _delta_segment(q, k, v, b, lg, s, chunk)
+
+    return _segments(step, [q, k, v, beta, log_decay], state, segment)
+
+
+def _delta_segment(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    log_decay: torch.Tensor | None,
+    state: torch.Tensor,
+    chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One segment from the entering state; returns its outputs and the state leaving it. The
+    loop over blocks carries the state only (two products per block); the outputs of all
+    blocks are formed after it."""
     t_len, d_v = q.shape[2], v.shape[-1]
     qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
     bc = blocks(beta, chunk).unsqueeze(-1)
@@ -129,7 +200,6 @@ def delta_chunked(
         lower.tril(-1), torch.cat([bc * vc, k_scaled], dim=-1), upper=False, unitriangular=True
     )
     u_local, w = solved[..., :d_v], solved[..., d_v:]
-    state = q.new_zeros(*q.shape[:2], q.shape[-1], d_v)
     entering, pseudo = [], []
     for n in range(qc.shape[2]):
         u = u_local[:, :, n] - w[:, :, n] @ state
@@ -139,7 +209,7 @@ def delta_chunked(
             state if block_decay is None else block_decay[:, :, n, None, None] * state
         )
     out = q_decayed @ torch.stack(entering, 2) + scores @ torch.stack(pseudo, 2)
-    return unblock(out, t_len)
+    return unblock(out, t_len), state
 
 
 def mesa_chunked(
@@ -156,7 +226,7 @@ def mesa_chunked(
     ``chunk`` tokens and groups of blocks of about ``MESA_GROUP_BYTES``. Within a group,
     ``H^{kk}_t = α_t H^{kk}_{t−1} + β_t k_t k_tᵀ`` is stepped through the ``chunk`` positions of all
     its blocks at once (each block starting from its carried ``H^{kk}_0``)."""
-    t_len, d_k = q.shape[2], q.shape[-1]
+    (b, h, t_len), d_k = q.shape[:3], q.shape[-1]
     qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
     bc = blocks(beta, chunk)
     g, decay = _log_decays(log_decay, q, chunk)
@@ -164,11 +234,12 @@ def mesa_chunked(
     last = g[..., -1:]
     k_weighted = kc * (bc * (last - g).exp()).unsqueeze(-1)
     block_decay = last.squeeze(-1).exp()
-    kk0 = _carry(k_weighted.mT @ kc, block_decay)  # (B, H, N, d_k, d_k) entering each block
-    kv0 = _carry(k_weighted.mT @ vc, block_decay)
+    zero_kk = q.new_zeros(b, h, d_k, d_k)
+    kk0 = _carry(k_weighted.mT @ kc, block_decay, zero_kk)[0]  # (B, H, N, d_k, d_k) per block
+    kv0 = _carry(k_weighted.mT @ vc, block_decay, q.new_zeros(b, h, d_k, v.shape[-1]))[0]
     mix = decay * bc.unsqueeze(-2)  # L_{ti} β_i
     reg = lam[:, None, None]  # (H, 1, 1, d_k) against the diagonals (B, H, n, C, d_k)
-    b, h, n_blocks = qc.shape[:3]
+    n_blocks = qc.shape[2]
     per_block = b * h * chunk * d_k * d_k * q.element_size() * 3
     step = max(1, MESA_GROUP_BYTES // per_block)
     kb = bc.unsqueeze(-1) * kc
