@@ -20,7 +20,7 @@ evaluation tasks; ``cos_sensitivity``, ``model_diff``, ``pred_diff`` against the
 (:mod:`attnreg.studies.icl.metrics`); ``learned_eta`` read from the scale-normalised weights of
 one-layer LSA models (``None`` otherwise) and the reference's ``reference_eta``; ``plateau``:
 ``None`` if training showed no loss plateau, else a sentence saying where and whether the run
-escaped it or ended stuck on it (:func:`attnreg.training.find_plateaus`).
+escaped it or ended stuck on it (:func:`attnreg.plateaus.find_plateaus`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import torch
 from attnreg.constructions import OLSTransformer
 from attnreg.core.threads import torch_threads
 from attnreg.data.tasks import Tasks, TaskSampler, eval_loss
-from attnreg.explain import explain
+from attnreg.explaining import explain
 from attnreg.models import TokenModel, TrainableLSA
 from attnreg.progress import Progress
 from attnreg.studies.common import StudyResult, check
@@ -221,6 +221,9 @@ def _run(cfg: ICLConfig, progress: Progress) -> StudyResult:
                 ex = explain(predictor, held)
             for r in ex.rows():
                 rows.append({"kind": "explain", "model": label, **r})
+            if ex.best is None:
+                summary[f"explain {label}"] = ex.verdict()
+                continue
             best = ex.fit(ex.best)
             summary[f"explain {label}"] = (
                 f"best family {ex.best} ({_short(best.params) or 'no parameter'}; R² held out "
