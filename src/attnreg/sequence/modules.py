@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from attnreg.core.attention import Hooked, HookFn, HookPoint
+from attnreg.core import Hooked, HookPoint
+from attnreg.core.hooks import HookFn
 from attnreg.core.validation import ArrayLike, check_finite_result, check_positive
 from attnreg.sequence import layers
 from attnreg.sequence.inputs import check_lam, check_mode, check_qkv, check_scale, per_token
