@@ -26,7 +26,7 @@ from attnreg.sequence import (
     softmax_attention,
 )
 
-B, H, T, D, DV = 1, 2, 24, 6, 3
+B, H, T, D, DV = 1, 2, 80, 6, 3  # T > 64: two blocks of the chunked forms
 KINDS = ("random", "correlated", "rank_deficient")
 MODES = ("chunk", "recurrent")
 BIG, SMALL = 2.0**330, 2.0**-330

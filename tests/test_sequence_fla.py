@@ -20,7 +20,7 @@ import torch
 
 from attnreg.sequence import delta_rule, linear_attention, mesa
 
-B, H, T, D = 1, 2, 64, 8
+B, H, T, D = 1, 2, 128, 8  # two blocks of the chunked forms
 MODES = ("chunk", "recurrent")
 
 
@@ -185,7 +185,7 @@ def test_timing_workload_runs_every_layer_and_its_references():
     layer is timed with fla's forms beside it, and its call gives the layer's numbers."""
     from attnreg.sequence import workload
 
-    times = workload.bench_sequence(repeat=1, length=128)
+    times = workload.bench_sequence(repeat=1, length=64)
     assert set(times) == set(workload.LAYERS)
     for layer, row in times.items():
         want = {"attnreg", "fla_chunk"} | ({"fla_recurrent"} if layer != "mesa" else set())
