@@ -257,7 +257,8 @@ def test_longhorn_diagonal_approximation(mode):
     want = ref.heads(ref.diagonal_proximal, q, k, v, beta)
     eps = beta / (1 + beta * (k * k).sum(-1))
     _, mags = ref.heads(ref.lms, q, k, v, eps, np.ones((B, H, T)))
-    assert np.all(per_position_norm(out - want) <= online_bound(q, mags, None))
+    strongest = 1 - eps * (k * k).max(-1)  # the smallest per-coordinate decay of each token
+    assert np.all(per_position_norm(out - want) <= online_bound(q, mags, strongest))
 
 
 # -------------------------------------------------------------------------------- Mesa
@@ -420,6 +421,15 @@ def test_chunked_forms_equal_the_recurrences_at_moderate_length(decayed):
     for out in delta:
         assert np.all(np.linalg.norm(out - want, axis=-1) <= bound)
     assert np.all(np.linalg.norm(delta[0] - delta[1], axis=-1) <= 2 * bound)
+
+    diag = [longhorn(q, k, v, beta, diagonal=True, mode=m).numpy()[0, 0] for m in MODES]
+    want = ref.diagonal_proximal(q[0, 0], k[0, 0], v[0, 0], beta[0, 0])
+    eps = beta[0, 0] / (1 + beta[0, 0])  # unit keys
+    _, mags = ref.lms(q[0, 0], k[0, 0], v[0, 0], eps, np.ones(t))
+    n_diag = d + steps * (1 + np.cumsum(-np.log1p(-eps)))  # the per-coordinate log-decays
+    bound = 8 * ref.U64 * n_diag * steps * np.linalg.norm(q[0, 0], axis=-1) * mags
+    for out in diag:
+        assert np.all(np.linalg.norm(out - want, axis=-1) <= bound)
 
     lam = 0.5
     ms = [mesa(q, k, v, beta, decay=gate, lam=lam, mode=m).numpy()[0, 0] for m in MODES]

@@ -259,11 +259,12 @@ def test_gradients_match_finite_differences(length):
         (lambda q, k, v: linear_attention(q, k, v), (q, k, v)),
         (lambda q, k, v, b, a: delta_rule(q, k, v, b, decay=a), (q, k, v, beta, alpha)),
         (lambda q, k, v, b: longhorn(q, k, v, b), (q, k, v, beta)),
+        (lambda q, k, v, b: longhorn(q, k, v, b, diagonal=True), (q, k, v, beta)),
         (lambda q, k, v, b, a: mesa(q, k, v, b, decay=a, lam=0.5), (q, k, v, beta, alpha)),
         (lambda q, k, v: softmax_attention(q, k, v), (q, k, v)),
         (lambda q, k, v: local_linear_attention(q, k, v, lam=0.5), (q, k, v)),
     ]
-    if length > 5:  # the forms with blocks: decayed linear attention, delta rule, Mesa
-        checks = [checks[0], checks[2], checks[4]]
+    if length > 5:  # the forms with blocks: decayed linear attention, delta rule, the
+        checks = [checks[0], checks[2], checks[4], checks[5]]  # diagonal Longhorn, Mesa
     for fn, args in checks:
         assert torch.autograd.gradcheck(fn, args, fast_mode=length > 5)

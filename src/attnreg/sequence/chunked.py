@@ -21,6 +21,8 @@ tokens, so that a segment's temporaries stay in cache) are computed at once; onl
   ``(I + A) U = diag(β) V − diag(β e^G) K S_0``, ``A_{ti} = β_t L_{ti} k_tᵀ k_i`` (``i < t``),
   so ``U = Ũ − W S_0`` with ``Ũ = (I + A)⁻¹ diag(β) V`` and ``W = (I + A)⁻¹ diag(β e^G) K`` from one
   triangular solve per block.
+* **Longhorn's diagonal approximation**: linear attention with one decay per key coordinate,
+  ``a_t = 1 − ε_t k_t ⊙ k_t``; the intra-block scores carry ``e^{G_{tj} − G_{ij}}`` per coordinate.
 * **Mesa** (von Oswald et al. 2025, MesaNet): ``H^{kk}_t = e^{G_t} H^{kk}_0 + Σ_{i≤t} L_{ti} β_i
   k_i k_iᵀ`` is formed for every position of a group of blocks and ``(H^{kk}_t + Λ) x_t = q_t`` is
   solved exactly (batched LU with partial pivoting, one factorisation per position); then
@@ -132,14 +134,61 @@ def _linear_segment(
 def _carry(
     writes: torch.Tensor, block_decay: torch.Tensor, state: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The state entering each block, ``S^{(n+1)} = a_n S^{(n)} + W_n`` from ``S^{(0)} = state``
-    (stacked, ``(B, H, N, ·, ·)``), and the state after the last block."""
-    factors = block_decay[..., None, None]
+    """The state entering each block, ``S^{(n+1)} = a_n ⊙ S^{(n)} + W_n`` from ``S^{(0)} = state``
+    (stacked, ``(B, H, N, ·, ·)``), and the state after the last block. ``block_decay``: one
+    factor per block ``(B, H, N)``, or one per block and state row ``(B, H, N, d_k)``."""
+    factors = block_decay[..., None, None] if block_decay.ndim == 3 else block_decay[..., None]
     entering = []
     for n in range(writes.shape[2]):
         entering.append(state)
         state = torch.addcmul(writes[:, :, n], factors[:, :, n], state)
     return torch.stack(entering, dim=2), state
+
+
+def diagonal_chunked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    eps: torch.Tensor,
+    chunk: int = CHUNK,
+    segment: int = SEGMENT,
+) -> torch.Tensor:
+    """Longhorn's diagonal approximation ``S_t = diag(a_t) S_{t−1} + ε_t k_t v_tᵀ``,
+    ``a_t = 1 − ε_t k_t ⊙ k_t``, ``o_t = S_tᵀ q_t``: linear attention with one decay per key
+    coordinate. Within a block ``o_t = S_0ᵀ (e^{G_t} ⊙ q_t) + Σ_{i≤t} (Σ_j q_{tj} ε_i k_{ij}
+    e^{G_{tj} − G_{ij}}) v_i`` with ``G = cumsum log a`` per coordinate: the scores are a
+    ``C × C × d_k`` product per block (every exponent ≤ 0)."""
+    state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
+
+    def step(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, e: torch.Tensor, s: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return _diagonal_segment(q, k, v, e, s, chunk)
+
+    return _segments(step, [q, k, v, eps], state, segment)
+
+
+def _diagonal_segment(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    eps: torch.Tensor,
+    state: torch.Tensor,
+    chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One segment of :func:`diagonal_chunked` from the entering state."""
+    t_len = q.shape[2]
+    qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
+    k_eps = kc * blocks(eps, chunk).unsqueeze(-1)
+    g = torch.log1p(-k_eps * kc).cumsum(-2)  # (B, H, N, C, d_k), log a summed in the block
+    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
+    diff = (g.unsqueeze(-2) - g.unsqueeze(-3)).masked_fill(~causal[..., None], -torch.inf)
+    scores = (qc.unsqueeze(-2) * k_eps.unsqueeze(-3) * diff.exp()).sum(-1)  # (…, C, C)
+    last = g[..., -1:, :]
+    writes = (k_eps * (last - g).exp()).mT @ vc
+    entering, state = _carry(writes, last.squeeze(-2).exp(), state)
+    out = (qc * g.exp()) @ entering + scores @ vc
+    return unblock(out, t_len), state
 
 
 def delta_chunked(

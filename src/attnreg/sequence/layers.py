@@ -20,7 +20,12 @@ from __future__ import annotations
 import torch
 
 from attnreg.core.validation import ArrayLike, check_finite_result, check_positive
-from attnreg.sequence.chunked import delta_chunked, linear_chunked, mesa_chunked
+from attnreg.sequence.chunked import (
+    delta_chunked,
+    diagonal_chunked,
+    linear_chunked,
+    mesa_chunked,
+)
 from attnreg.sequence.inputs import check_lam, check_mode, check_qkv, check_scale, per_token
 from attnreg.sequence.kernel import local_linear, softmax_fused
 from attnreg.sequence.recurrent import (
@@ -149,15 +154,18 @@ def longhorn(
     "Longhorn: state space models are amortized online learners"). It is the delta rule with
     the step ``ε_t`` (:func:`delta_rule`, so the chunked form is the WY form), stable for every
     ``β_t ≥ 0`` since ``ε_t k_tᵀ k_t < 1``. ``diagonal=True`` is the paper's approximation
-    ``I − ε_t k_t k_tᵀ ≈ diag(1 − ε_t k_t ⊙ k_t)``; it is computed token by token in either
-    ``mode``.
+    ``I − ε_t k_t k_tᵀ ≈ diag(1 − ε_t k_t ⊙ k_t)`` (linear attention with one decay per key
+    coordinate).
     """
     qt, kt, vt = check_qkv(q, k, v)
     eps = longhorn_step(per_token("beta", beta, kt, low=0.0), kt)
     check_mode(mode)
     qt = qt * check_scale(scale)
     if diagonal:
-        out = diagonal_longhorn_recurrent(qt, kt, vt, eps)[0]
+        if mode == "chunk":
+            out = diagonal_chunked(qt, kt, vt, eps)
+        else:
+            out = diagonal_longhorn_recurrent(qt, kt, vt, eps)[0]
     elif mode == "chunk":
         out = delta_chunked(qt, kt, vt, eps, None)
     else:
