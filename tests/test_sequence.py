@@ -350,6 +350,16 @@ def test_softmax_attention_is_the_nadaraya_watson_smoother(kind, scale):
     assert np.all(np.abs(out - want) <= 4 * ref.U64 * mags[..., None])
 
 
+def test_softmax_attention_with_values_wider_than_keys():
+    """d_v > d_k: the fused kernel sees queries and keys zero-padded to the value width."""
+    rng = np.random.default_rng(22)
+    q, k = rng.standard_normal((B, H, T, 2)), rng.standard_normal((B, H, T, 2))
+    v = rng.standard_normal((B, H, T, 5))
+    out = softmax_attention(q, k, v, scale=0.9).numpy()
+    want, mags = ref.heads(lambda qq, kk, vv: ref.smoother(qq, kk, vv, 0.9), q, k, v)
+    assert np.all(np.abs(out - want) <= 4 * ref.U64 * mags[..., None])
+
+
 @pytest.mark.parametrize("s", [BIG, SMALL])
 def test_softmax_attention_at_extreme_scale(s):
     """Keys times ``s`` and the scale divided by ``s``: the same scores, the same weights."""
