@@ -218,6 +218,18 @@ def test_longhorn_at_extreme_scale(s, mode):
     assert np.all(per_position_norm(out - want) <= online_bound(q, mags, None))
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_longhorn_with_overflowing_step_is_the_projection(mode):
+    """β_t ‖k_t‖² beyond the floating range (keys 2^300, β 2^500): the proximal step is its
+    β → ∞ limit, the projection ``W ← W + (v − W k) kᵀ / ‖k‖²`` (Kaczmarz / normalised LMS),
+    not the 0 that ``β / (1 + β ‖k‖²) = β / ∞`` would give."""
+    q, k, v = draw("random", 23)
+    out = longhorn(BIG * q, BIG * k, v, 2.0**500, mode=mode).numpy()
+    unit = (k * k).sum(-1)
+    want, mags = ref.heads(ref.lms, q, k, v, 1 / unit, np.ones((B, H, T)))
+    assert np.all(per_position_norm(out - want) <= online_bound(q, mags, None))
+
+
 def test_longhorn_step_is_the_argmin():
     """Each state is ``argmin_W ‖W − W_{t−1}‖² + β_t ‖W k_t − v_t‖²``, minimised numerically by
     scipy (BFGS to gradient norm ≤ g: the objective is 2-strongly convex, so ‖W − W*‖ ≤ g / 2)."""

@@ -132,8 +132,15 @@ def delta_rule(
 
 
 def longhorn_step(beta: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """``ε_t = β_t / (1 + β_t k_tᵀ k_t)`` (``(B, H, T)``): the step of the implicit update."""
-    return beta / (1 + beta * (k * k).sum(-1))
+    """``ε_t = β_t / (1 + β_t k_tᵀ k_t)`` (``(B, H, T)``): the step of the implicit update; where
+    ``β_t k_tᵀ k_t`` overflows, the same value as ``1 / (1/β_t + k_tᵀ k_t)``."""
+    squares = (k * k).sum(-1)
+    denominator = 1 + beta * squares
+    eps = beta / denominator
+    overflow = torch.isinf(denominator)
+    if bool(overflow.any()):
+        eps = torch.where(overflow, 1 / (1 / beta + squares), eps)
+    return eps
 
 
 def longhorn(
