@@ -32,6 +32,10 @@ Parametrisations (``variant``):
 
 ``layers`` layers deep, each with its own weights, or ``recurrent`` (one set of weights applied
 ``layers`` times).
+
+:meth:`TokenModel.states` keeps the hidden state (every token) before the first layer and after
+each layer of one forward pass; :meth:`TokenModel.depth_predictions` reads the prediction from
+each of them (the depth of a stack, counted in one pass).
 """
 
 from __future__ import annotations
