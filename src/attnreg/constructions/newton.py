@@ -31,9 +31,9 @@ context tokens, ``√λ e_a`` for basis tokens), so that ``Σ_keys k kᵀ = Xᵀ
 (keyᵀ KQ_h t) PV_h key``:
 
 * layer 0 (start): score ``kᵀ e``, value ``α k`` into m: ``m ← α S e`` (``M_0 = αS``);
-* step j, layer A: score ``kᵀ m``, value ``k`` into u: ``u ← S m`` (and, at j = 1 only, value
-  ``y`` into p: ``p ← C m``);
-* step j, layer B, two heads over the basis keys (context keys have ``e = 0`` and drop out):
+* each step, layer A: score ``kᵀ m``, value ``k`` into u: ``u ← S m`` (and, in the first step
+  only, value ``y`` into p: ``p ← C m``);
+* each step, layer B, two heads over the basis keys (context keys have ``e = 0`` and drop out):
   head 1 score ``e_bᵀ (e − u)``, value ``(m_b, p_b)`` into ``(m, p)``: ``m ← m + M e − M u``,
   ``p ← p + C (M e − M u)``; head 2 score ``e_bᵀ e``, value ``−u_b`` into u: ``u ← u − U e``
   with ``U = S M`` (so ``u ← 0``).
@@ -41,9 +41,10 @@ context tokens, ``√λ e_a`` for basis tokens), so that ``Σ_keys k kᵀ = Xᵀ
 Because ``Σ_b m_b e_bᵀ = M`` (the columns against the basis), a token at ``e`` with
 ``m = M e`` and ``u = S M e`` leaves layer B with ``m = 2 M e − M S M e = M_{k+1} e`` — for the
 basis tokens (the new iterate) and the queries alike. ``1 + 2K`` layers run K steps; the state
-after layer ``2k + 1`` holds ``M_k`` (:meth:`NewtonStack.iterate`) and ``ŷ_k`` (its p-slots;
-:meth:`NewtonStack.readout`). Every layer is the attention core, identity separation, dot
-similarity with the per-head metric ``KQ_hᵀ``, two heads (the second is zero in layers 0 and A).
+after layer ``2k + 1`` holds ``M_k`` (:meth:`NewtonStack.iterate`) and, for ``k ≥ 1``, ``ŷ_k``
+(its p-slots, :meth:`NewtonStack.readout`; ``ŷ_0`` is there after layer 2). Every layer is
+the attention core, identity separation, dot similarity with the per-head metric ``KQ_hᵀ``,
+two heads (the second is zero in layers 0 and A).
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ class NewtonStack(TokenModel):
         return out
 
     def readout(self, state: torch.Tensor, n_query: int) -> torch.Tensor:
-        """The p-slots of the last ``n_query`` tokens: ``Yᵀ X M_k x_q`` after layer ``2k + 1``."""
+        """The p-slots of the last ``n_query`` tokens: ``Yᵀ X M_k x_q`` after layers ``2k + 1``
+        and ``2k + 2`` (``k ≥ 1``; ``M_0``'s after layer 2, zero before)."""
         p = 4 * self.d + self.dy
         return state[:, state.shape[1] - n_query :, p : p + self.dy]
 
