@@ -96,8 +96,8 @@ class AtlasGrid:
                 raise ValueError(f"eps: each must lie in (0, 1), got {e}")
 
 
-QUICK = AtlasGrid()
-FULL = AtlasGrid(d=8, n_ctx=(4, 8, 16, 64), cap=5000)
+QUICK = AtlasGrid()  # N ∈ {4, 8, 32}, cap 300: seconds on one core; most GD cells hit the cap
+FULL = AtlasGrid(d=8, n_ctx=(4, 8, 16, 64), cap=5000)  # minutes on one core
 
 
 def atlas_task(d: int, kappa: float, n_ctx: int, n_query: int, noise: float, seed: int) -> Tasks:
