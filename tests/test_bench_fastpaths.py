@@ -8,7 +8,7 @@ import torch
 from scipy.special import softmax
 
 from attnreg import associate
-from attnreg.bench.dense import cholesky_predict, lstsq_predict, p1_data
+from attnreg.bench.p1_ols import cholesky_predict, lstsq_predict, p1_data
 from attnreg.constructions.ols import OLSAttention, OLSTransformer
 from attnreg.core.streamed import chunk_sizes, fused_softmax, streamed
 from attnreg.core.whitening import right_singular, whitening_matrix

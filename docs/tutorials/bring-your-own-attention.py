@@ -51,7 +51,8 @@ from attnreg.core.hooks import Hooked
 from attnreg.data.regression import load_regression
 from attnreg.data.tasks import eval_loss, line_search_eta, query_loss, von_oswald_tasks
 from attnreg.estimators import ZeroPredictor
-from attnreg.training import PlateauWarning, TrainConfig, train
+from attnreg.plateaus import PlateauWarning
+from attnreg.training import TrainConfig, train
 
 # These tensors are small: one thread is fastest, and it keeps the page quick on a busy machine.
 torch.set_num_threads(1)
@@ -142,7 +143,8 @@ class SoftmaxHead(Hooked):
 # estimator family (OLS; one GD step, η; ridge, λ; the softmax kernel smoother, β; GD++;
 # preconditioned GD, a `d × d` matrix Γ) to those predictions on half of the tasks, and scores
 # each fit by its R² on the other half. The *best* family is the simplest one whose R² is
-# within 10⁻³ of the highest.
+# within 10⁻³ of the highest; if even the highest R² is below 0.5, or the predictor's outputs
+# have zero variance (R² undefined), no family explains it and `best` is `None`.
 #
 # Before any training, both layers sit at points where the answer is known, which makes a
 # check of the plumbing:

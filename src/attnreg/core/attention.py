@@ -104,27 +104,25 @@ def choose_path(
     ``path`` when it cannot honour them.
     """
     bilinear = similarity in BILINEAR
+    linear = bilinear and separation == "identity" and not normalize
+    fused = bilinear and separation == "softmax"
     if path is None:
         if mask_self or hooked:
             return "explicit"
-        if bilinear and separation == "identity" and not normalize:
-            return "linear"
-        if bilinear and separation == "softmax":
-            return "fused"
-        return "streamed"
+        return "linear" if linear else "fused" if fused else "streamed"
     check_choice("path", path, PATHS)
     if path == "explicit":
         return path
     if mask_self or hooked:
         why = "mask_self=True" if mask_self else "a hook on hook_scores or hook_weights"
         raise ValueError(f"path: {path!r} cannot honour {why}; only 'explicit' holds the scores")
-    if path == "linear" and not (bilinear and separation == "identity" and not normalize):
+    if path == "linear" and not linear:
         raise ValueError(
             "path: 'linear' needs identity separation, a bilinear similarity (dot, scaled_dot, "
             f"whitened_dot) and normalize=False; got {similarity}/{separation}, "
             f"normalize={normalize}"
         )
-    if path == "fused" and not (bilinear and separation == "softmax"):
+    if path == "fused" and not fused:
         raise ValueError(
             "path: 'fused' needs softmax separation and a bilinear similarity (dot, "
             f"scaled_dot, whitened_dot); got {similarity}/{separation}"
