@@ -46,9 +46,9 @@ def test_every_config_checks_types_seed_and_finiteness_itself(study):
 @pytest.mark.parametrize("study", ["compare", "icl", "capacity"])
 def test_an_unavailable_device_is_refused_when_the_config_is_built(study):
     cls = STUDIES[study].config_class
-    with pytest.raises(ValueError, match=rf"device {UNAVAILABLE!r}"):
+    with pytest.raises(ValueError, match=rf"device: {UNAVAILABLE!r}"):
         cls(device=UNAVAILABLE)
-    with pytest.raises(ValueError, match="device 'tpu9'"):
+    with pytest.raises(ValueError, match="device: 'tpu9'"):
         cls(device="tpu9")
 
 

@@ -58,7 +58,7 @@ def test_grid_times_seeds_cells():
         ({"grid": {"ridge": [0.1, -1.0]}}, "ridge: must be a finite number > 0, got -1.0"),
         ({"grid": {"ridge": [float("inf")]}}, "'ridge': must be a finite number, got inf"),
         ({"base": {"tolerance": {"float64": 1e-9}}}, "tolerance: no entry for dtype 'float32'"),
-        ({"study": "icl", "base": {"device": UNAVAILABLE}, "grid": {}}, f"device {UNAVAILABLE!r}"),
+        ({"study": "icl", "base": {"device": UNAVAILABLE}, "grid": {}}, f"device: {UNAVAILABLE!r}"),
     ],
 )
 def test_bad_sweep_fails_before_running_anything(tmp_path, change, message):

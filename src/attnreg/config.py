@@ -124,13 +124,13 @@ def check_device(name: str, device: str) -> str:
     try:
         kind = torch.device(device).type
     except RuntimeError as exc:
-        raise ValueError(f"{name} {device!r}: not a torch device ({exc})") from exc
+        raise ValueError(f"{name}: {device!r} is not a torch device ({exc})") from exc
     if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"{name} {device!r}: this torch build has no usable CUDA device")
+        raise ValueError(f"{name}: {device!r} is not available (this torch has no usable CUDA)")
     if kind == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"{name} {device!r}: MPS is not available here")
+        raise ValueError(f"{name}: {device!r} is not available (no MPS here)")
     if kind not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"{name} {device!r}: use cpu, cuda or mps")
+        raise ValueError(f"{name}: {device!r} is not supported; use cpu, cuda or mps")
     return device
 
 

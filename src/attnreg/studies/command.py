@@ -95,7 +95,9 @@ def build_config(
         if "device" in spec.field_names():
             values["device"] = device
         elif device != "cpu":
-            raise ValueError(f"--device {device!r}: the {spec.name} study runs on the CPU only")
+            raise ValueError(
+                f"--device: the {spec.name} study runs on the CPU only, got {device!r}"
+            )
     return config_from_dict(spec.config_class, values)
 
 
