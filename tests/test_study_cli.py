@@ -156,3 +156,11 @@ def test_report_overrides_with_a_bad_value_is_a_one_line_error(tmp_path):
     result = runner.invoke(app, ["report", "--overrides", str(overrides), "--out", str(out)])
     _one_line_error(result, "overrides of verify", "dtypes", "float16")
     assert not out.exists()  # nothing ran, nothing written
+
+
+def test_a_bad_value_of_a_study_option_names_the_option(tmp_path):
+    out = ["--out", str(tmp_path / "out")]
+    _one_line_error(runner.invoke(app, ["verify", "--tol-scale", "abc", *out]), "--tol-scale")
+    _one_line_error(runner.invoke(app, ["verify", "--dtype", "float16", *out]), "dtypes")
+    _one_line_error(runner.invoke(app, ["icl", "--threads", "x", *out]), "--threads")
+    _one_line_error(runner.invoke(app, ["icl", "--models", "lsa-9", *out]), "models", "lsa-9")

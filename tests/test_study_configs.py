@@ -89,6 +89,7 @@ def test_an_unavailable_device_is_refused_when_the_config_is_built(study):
         ("capacity", {"digits_n": [2000]}, "digits_n"),
         ("capacity", {"ols_energy_cases": [[8, 16]]}, "ols_energy_cases"),
         ("capacity", {"min_softmax_growth_r2": 1.5}, "min_softmax_growth_r2"),
+        ("capacity", {"softmax_flips": 9, "softmax_d": [8, 10]}, "softmax_flips"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(study, changes, needle):

@@ -26,7 +26,7 @@ from attnreg.output import rows_to_json
 from attnreg.progress import terminal_progress
 from attnreg.studies.common import StudyResult
 from attnreg.studies.registry import STUDIES
-from attnreg.studies.spec import StudySpec
+from attnreg.studies.spec import StudyConfig, StudySpec
 
 USAGE_ERROR = 2
 
@@ -80,7 +80,7 @@ def build_config(
     sets: dict[str, Any],
     seed: int | None,
     device: str | None,
-) -> Any:
+) -> StudyConfig:
     """The profile's config, with the file's fields, then ``--set``, ``--seed`` and ``--device``
     (where the config has a device field) replacing its values; the config checks every value
     when built (a ``ValueError`` naming the key)."""
@@ -109,7 +109,10 @@ def _run(spec: StudySpec, options: dict[str, Any]) -> None:
         for extra in spec.extras:
             value = options[_param(extra.flag)]
             if value is not None:
-                sets[extra.field] = extra.parse(value)
+                try:
+                    sets[extra.field] = extra.parse(value)
+                except ValueError as exc:
+                    raise ValueError(f"{extra.flag} {value!r}: {exc}") from exc
         sets |= parse_set(options["set"] or [])
         config = build_config(
             spec,

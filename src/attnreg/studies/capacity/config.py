@@ -168,6 +168,8 @@ class CapacityConfig:
         ]
         if self.energy_flips > min(energy_dims):
             raise ValueError(f"energy_flips: more flips than dimensions ({self.energy_flips})")
+        if self.softmax_d and self.softmax_flips > min(self.softmax_d):
+            raise ValueError(f"softmax_flips: more flips than dimensions ({self.softmax_flips})")
 
 
 def quick_config() -> CapacityConfig:
