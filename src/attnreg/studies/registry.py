@@ -48,9 +48,14 @@ def get_study(name: str) -> StudySpec:
     return STUDIES[name]
 
 
-def _environment_packages() -> list[str]:
-    return [p.strip() for p in os.environ.get(ENVIRONMENT, "").split(",") if p.strip()]
+def _register_environment_packages() -> None:
+    for package in [p.strip() for p in os.environ.get(ENVIRONMENT, "").split(",") if p.strip()]:
+        try:
+            register(package)
+        except ImportError as exc:
+            raise ImportError(f"{ENVIRONMENT}: cannot import study package {package!r}") from exc
 
 
-for _package in (*PACKAGES, *_environment_packages()):
+for _package in PACKAGES:
     register(_package)
+_register_environment_packages()

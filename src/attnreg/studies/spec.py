@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from attnreg.core.validation import check_choice
+from attnreg.progress import Progress
 
-if TYPE_CHECKING:
-    from attnreg.progress import Progress
+if TYPE_CHECKING:  # common imports the figure writer (matplotlib): only when a study runs
     from attnreg.studies.common import StudyResult
 
 PROFILES = ("quick", "full")
@@ -95,7 +95,6 @@ class StudySpec:
     ) -> StudyResult:
         """Run the study with ``config`` (stages shown on ``progress``), then write the result
         into ``out_dir`` (:meth:`StudyResult.write`) if given."""
-        from attnreg.progress import Progress
         from attnreg.studies.common import StudyResult
 
         if not isinstance(config, self.config_class):
