@@ -56,6 +56,14 @@ def test_bad_config_files_are_one_line_errors(study, tmp_path):
     wrong = tmp_path / "wrong.yaml"
     wrong.write_text("seed: three\n")
     _one_line_error(runner.invoke(app, [study, "--config", str(wrong), *out]), "seed")
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"seed: 1\n\xff\xfe\x00\x9c")
+    _one_line_error(
+        runner.invoke(app, [study, "--config", str(binary), *out]),
+        "--config",
+        str(binary),
+        "not a UTF-8 text file",
+    )
 
 
 @pytest.mark.parametrize("study", list(STUDIES))

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 from numpy.polynomial import Polynomial
 
-from attnreg.core.attention import DEFAULT_MEMORY_BUDGET, associate
+from attnreg.core.retrieval import associate
+from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
 from attnreg.core.validation import as_tensor
 from attnreg.data.patterns import check_binary
 

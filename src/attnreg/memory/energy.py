@@ -15,7 +15,7 @@ whitened patterns: orthonormal when ``N ≤ d``, a tight frame when ``N > d``. I
 (:func:`attnreg.core.whitening.whitening_matrix`, R-SVD, so the error grows like ``κ(K)``,
 not ``κ(K)²``). For ``N ≤ d`` it whitens ``Kᵀ``, whose covariance is the Gram matrix ``G``
 (Gram whitening). For ``N > d`` it whitens ``K`` (covariance ``S``). The attention's whitened
-dot ``k_iᵀ S⁺ ξ`` (:func:`attnreg.core.attention.whitened_metric`) is the same similarity read in
+dot ``k_iᵀ S⁺ ξ`` (:func:`attnreg.core.retrieval.whitened_metric`) is the same similarity read in
 pattern coordinates: ``k_iᵀ S⁺ η = k̃_iᵀ ξ`` for ``η = S^{1/2} ξ``.
 
 **Energy and step.** For a separation function ``F``:
@@ -58,7 +58,7 @@ separated pattern ``k_j`` is (a multiple of) ``k̃_j``, not ``k_j``. The linear 
 ``S^{1/2} K̃ᵀ F'(s) = Kᵀ F'(s)``: the Universal Hopfield form (Millidge et al. 2022) with this
 similarity and the raw patterns as values (``readout="pattern"`` of :meth:`EnergyMemory.step`).
 
-Steps run on :func:`attnreg.core.attention.associate`: dot similarity on the whitened patterns,
+Steps run on :func:`attnreg.core.retrieval.associate`: dot similarity on the whitened patterns,
 with identity, power ``n − 1`` or softmax separation. Odd ``n`` takes a streamed loop over blocks
 of patterns instead, because the core's ``power`` separation is ``sⁿ⁻¹`` without the sign.
 """
@@ -70,7 +70,8 @@ from typing import Any
 
 import torch
 
-from attnreg.core.attention import DEFAULT_MEMORY_BUDGET, associate, chunk_sizes
+from attnreg.core.retrieval import associate
+from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET, chunk_sizes
 from attnreg.core.validation import as_tensor, check_choice, check_positive, check_positive_int
 from attnreg.core.whitening import whitening_matrix
 from attnreg.memory.base import check_patterns, check_states
@@ -200,7 +201,7 @@ def family_step(
 
     ``values`` ``V`` (``(N, dv)``) defaults to ``K̃``, which gives the concave–convex step
     ``ξ ← K̃ᵀ F'(K̃ξ)``. With ``V = K`` it is the same step read out in pattern coordinates.
-    Softmax weights are ``softmax(β s)``. Computed by :func:`attnreg.core.attention.associate`
+    Softmax weights are ``softmax(β s)``. Computed by :func:`attnreg.core.retrieval.associate`
     (dot similarity; identity, power ``n − 1`` or softmax separation). Odd ``n`` uses a streamed
     loop over pattern blocks with ``F'(s) = sign(s)|s|ⁿ⁻¹``.
     """

@@ -12,7 +12,9 @@ from typing import Any
 
 import torch
 
-from attnreg.core.attention import DEFAULT_MEMORY_BUDGET, SEPARATIONS, associate, chunk_sizes
+from attnreg.core.retrieval import associate
+from attnreg.core.scores import SEPARATIONS
+from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET, chunk_sizes
 from attnreg.core.validation import check_choice, check_positive, check_positive_int
 from attnreg.core.whitening import whitening_matrix
 from attnreg.memory.base import check_patterns, check_states, polynomial_associate

@@ -42,7 +42,13 @@ def read_config_file(path: Path) -> dict[str, Any]:
     ``ValueError`` otherwise."""
     if not path.is_file():
         raise ValueError(f"--config {str(path)!r}: no such file")
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"--config {str(path)!r}: not a UTF-8 text file (byte {exc.start}); expected YAML "
+            "or JSON"
+        ) from exc
     try:
         data = json.loads(text) if path.suffix == ".json" else read_yaml(text)
     except json.JSONDecodeError as exc:
