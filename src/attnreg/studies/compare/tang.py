@@ -343,10 +343,10 @@ def _summary_b(rows: list[dict[str, Any]], cfg: CompareConfig) -> str:
 # --------------------------------------------------------------------------------- figures
 def retrieval_figure(rows: list[dict[str, Any]], cfg: CompareConfig) -> FigureRecord:
     """Accuracy against ρ per similarity × separation, one panel per N."""
-    import matplotlib.pyplot as plt
+    from attnreg.output import new_figure
 
     ns = list(dict.fromkeys(r["n_patterns"] for r in rows))
-    fig, axes = plt.subplots(1, len(ns), figsize=(4.5 * len(ns), 3.6), squeeze=False)
+    fig, axes = new_figure(1, len(ns), figsize=(4.5 * len(ns), 3.6), squeeze=False)
     styles = {"dot": "--", "whitened dot": "-"}
     colours = {"identity": "tab:blue", "softmax": "tab:orange"}
     for ax, n in zip(axes[0], ns, strict=True):
@@ -385,14 +385,14 @@ def retrieval_figure(rows: list[dict[str, Any]], cfg: CompareConfig) -> FigureRe
 
 def scaling_figure(rows: list[dict[str, Any]]) -> FigureRecord:
     """Test MSE / ridge's per scenario and preprocessing, one panel per (separation, rule)."""
-    import matplotlib.pyplot as plt
+    from attnreg.output import new_figure
 
     panels = [
         ("identity", "validated", "identity, best global scale c"),
         ("softmax", "1/sqrt(d_k)", "softmax, β = 1/√d_k"),
         ("softmax", "validated", "softmax, best global β"),
     ]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), squeeze=False, sharey=True)
+    fig, axes = new_figure(1, 3, figsize=(13, 3.6), squeeze=False, sharey=True)
     idx = np.arange(len(SCENARIOS))
     width = 0.27
     for ax, (sep, rule, title) in zip(axes[0], panels, strict=True):
