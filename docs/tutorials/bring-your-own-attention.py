@@ -46,7 +46,8 @@ from torch import nn
 
 import attnreg
 from attnreg import GD, OLS, Ridge
-from attnreg.core.attention import Attention, Hooked
+from attnreg.core.attention import Attention
+from attnreg.core.hooks import Hooked
 from attnreg.data.regression import load_regression
 from attnreg.data.tasks import eval_loss, line_search_eta, query_loss, von_oswald_tasks
 from attnreg.estimators import ZeroPredictor
@@ -83,7 +84,7 @@ F64 = torch.float64
 #
 # `ŷ_q = Σ_i softmax_i(β · (x_qᵀ W_q)(W_kᵀ x_i)) y_i`.
 #
-# It subclasses `attnreg.core.attention.Hooked` and hands queries, keys and values to an
+# It subclasses `attnreg.core.hooks.Hooked` and hands queries, keys and values to an
 # `Attention(similarity="dot", separation="softmax")` module, which computes the scores, the
 # softmax and the weighted sum; the temperature is folded into the queries.
 

@@ -19,7 +19,7 @@ from attnreg.bench.common import (
 )
 from attnreg.bench.limits import Limit, judge, target_text
 from attnreg.bench.sizes import Sizes
-from attnreg.core.attention import associate
+from attnreg.core.retrieval import associate
 
 LIMITS = (
     Limit("fraction of matmul rate", ">=", 0.70, "{op} {bound:.2f} of the fp32 matmul rate"),

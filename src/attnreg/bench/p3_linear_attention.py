@@ -21,7 +21,7 @@ from attnreg.bench.common import (
 from attnreg.bench.limits import Limit, judge, target_text
 from attnreg.bench.sizes import Sizes
 from attnreg.constructions.ols import OLSAttention
-from attnreg.core.attention import associate
+from attnreg.core.retrieval import associate
 
 LIMITS = (
     Limit("log-log time slope", "<=", 1.15, "slope {op} {bound:g}"),

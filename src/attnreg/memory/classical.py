@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnreg.core.attention import DEFAULT_MEMORY_BUDGET, associate
+from attnreg.core.retrieval import associate
 from attnreg.core.scaling import power_of_two_scale
+from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
 from attnreg.core.validation import check_choice, check_nonnegative, check_positive_int
 from attnreg.core.whitening import whitening_matrix
 from attnreg.memory.base import (

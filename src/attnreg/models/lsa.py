@@ -42,7 +42,8 @@ from typing import Any, Self
 import torch
 from torch import nn
 
-from attnreg.core.attention import Attention, Hooked
+from attnreg.core.attention import Attention
+from attnreg.core.hooks import Hooked
 from attnreg.core.validation import (
     ArrayLike,
     as_tensor,
@@ -274,15 +275,31 @@ class TrainableLSA(TokenModel):
             pv = self.pv[layer]
         return pv * self.pv_mask
 
-    def learned_eta(self) -> float:
-        """The GD learning rate read from the scale-normalised weights of a one-layer model:
-        ``η = −Σ_h mean diag(PV_h[y, y]) · mean diag(KQ_h[x, x])`` (invariant under
-        ``(s·PV, KQ/s)``); for the GD construction this is exactly η."""
+    def step_matrix(self) -> torch.Tensor:
+        """``Γ`` (``(d, d)``) of a one-layer model with ``W0 = 0``: the part of the prediction
+        linear in the context targets, ``ŷ_q ⊃ (1/N) Σ_i y_i x_iᵀ Γ x_q`` (one GD step is
+        ``Γ = η I``; preconditioned GD ``η Γ``), summed over the heads.
+
+        The query token ``(x_q, 0)`` reads ``−Σ_h PV_h[y, :] · mean_i e_i (e_iᵀ KQ_h[:, x] x_q)``;
+        with ``e_i = (x_i, y_i)`` the terms bilinear in ``(y_i, x_i)`` give
+        ``Γ = −Σ_h (mean diag(PV_h[y, y]) KQ_h[x, x] + PV_h[y, x]ᵀ KQ_h[y, x] / dy)``: the y→y
+        value path through the x→x key-query block, plus the x→y value path through the y→x
+        key-query block (for ``dy > 1`` the projection onto ``δ_ab Γ``). Invariant under the
+        per-head scale ``(s·PV_h, KQ_h/s)``.
+        """
         d = self.d
-        kq, pv = self.key_query(0).detach(), self.value_projection(0).detach()
-        kq_xx = torch.diagonal(kq[:, :d, :d], dim1=-2, dim2=-1).mean(-1)
-        pv_yy = torch.diagonal(pv[:, d:, d:], dim1=-2, dim2=-1).mean(-1)
-        return float(-(pv_yy * kq_xx).sum())
+        kq = self.key_query(0).detach().double()
+        pv = self.value_projection(0).detach().double()
+        pv_yy = torch.diagonal(pv[:, d:, d:], dim1=-2, dim2=-1).mean(-1).view(-1, 1, 1)
+        cross = pv[:, d:, :d].mT @ kq[:, d:, :d] / self.dy
+        return -(pv_yy * kq[:, :d, :d] + cross).sum(0)
+
+    def learned_eta(self) -> float:
+        """The GD learning rate of a one-layer model: ``η = tr Γ / d`` with ``Γ`` the summed
+        heads' :meth:`step_matrix` (the ``η`` of the GD step ``η I`` nearest to ``Γ`` in the
+        Frobenius norm; invariant under ``(s·PV_h, KQ_h/s)``). For the GD construction, and for
+        heads that split one GD step in any way, this is exactly η."""
+        return float(torch.diagonal(self.step_matrix()).mean())
 
     def normalised_products(self, layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """``(KQ/s, s·PV)`` per head with ``s = mean diag(KQ[x, x])`` (sign kept), so that the

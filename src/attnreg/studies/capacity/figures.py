@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from attnreg.core.attention import SEPARATIONS
+from attnreg.core.scores import UHN_SEPARATIONS as SEPARATIONS
 from attnreg.memory import GRID_SIMILARITIES
 from attnreg.output import new_figure
 from attnreg.studies.capacity.config import CapacityConfig

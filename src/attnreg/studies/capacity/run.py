@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnreg.core.attention import SEPARATIONS
+from attnreg.core.scores import UHN_SEPARATIONS as SEPARATIONS
 from attnreg.core.threads import torch_threads
 from attnreg.core.whitening import ConditioningWarning, RankWarning
 from attnreg.memory import GRID_SIMILARITIES
