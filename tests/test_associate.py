@@ -222,3 +222,38 @@ def test_a_tensor_beta_needs_one_element_and_a_bilinear_similarity():
         Attention("dot", "softmax")(q, q, q, beta=torch.ones(2))
     with pytest.raises(ValueError, match="beta: a tensor β needs a bilinear similarity"):
         Attention("euclidean", "softmax")(q, q, q, beta=torch.tensor(1.0))
+
+
+def test_kept_cores_carry_no_hook_and_give_a_fresh_cores_numbers():
+    """associate() keeps its cores: a call with ``return_weights`` (also one that raises) must
+    leave no hook behind, and later calls give the numbers of a newly built core, bit for bit."""
+    from attnreg.core.attention import Attention
+    from attnreg.core.retrieval import _core
+
+    rng = np.random.default_rng(5)
+    q, k, v = (torch.from_numpy(rng.normal(size=s)) for s in [(3, 4), (9, 4), (9, 2)])
+    out, weights = associate(q, k, v, return_weights=True)
+    qn, kn, vn = q.numpy(), k.numpy(), v.numpy()
+    unit = np.finfo(np.float64).eps / 2  # both sides round: 2 γ_n |Q||K|ᵀ(|V|) bounds
+    s_bound = 2 * 4 * unit * np.abs(qn) @ np.abs(kn).T
+    assert np.all(np.abs(weights.numpy() - qn @ kn.T) <= s_bound)
+    o_bound = 2 * (4 + 9) * unit * np.abs(qn) @ np.abs(kn).T @ np.abs(vn)
+    assert np.all(np.abs(out.numpy() - qn @ kn.T @ vn) <= o_bound)
+    with pytest.raises(RuntimeError):  # a metric of the wrong width fails inside the forward
+        associate(q, k, v, similarity="whitened_dot", metric=torch.eye(3), return_weights=True)
+    for similarity in ("dot", "whitened_dot"):
+        core = _core(similarity, "identity", 1.0, 2, False, 256 * 2**20)
+        assert core is _core(similarity, "identity", 1.0, 2, False, 256 * 2**20)
+        assert not any(point.active for point in (core.hook_scores, core.hook_weights))
+    fresh = Attention("dot", "identity")(q[None], k[None], v[None])[0]
+    assert torch.equal(associate(q, k, v), fresh)  # the linear path, not the explicit one
+
+
+def test_kept_cores_still_check_their_arguments():
+    q = torch.zeros(2, 3)
+    associate(q, q, q, separation="power", power=1)
+    with pytest.raises(ValueError, match="power: must be an integer"):
+        associate(q, q, q, separation="power", power=True)
+    with pytest.raises(ValueError, match="beta"):
+        associate(q, q, q, beta=-1.0)
+    assert torch.equal(associate(q, q, q, beta=np.array(2.0)), associate(q, q, q, beta=2.0))

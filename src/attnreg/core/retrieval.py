@@ -6,12 +6,39 @@ benchmarks: checked inputs, unbatched 2-D inputs, the metric ``(KᵀK + λI)⁺`
 
 from __future__ import annotations
 
+import threading
+from functools import lru_cache
+
 import torch
 
 from attnreg.core.attention import Attention
 from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
 from attnreg.core.validation import ArrayLike, as_tensor, check_nonnegative, result_dtype
 from attnreg.core.whitening import whitening_matrix
+
+_THREAD = threading.local()
+
+
+def _core(
+    similarity: str,
+    separation: str,
+    beta: float,
+    power: int,
+    normalize: bool,
+    memory_budget: int,
+) -> Attention:
+    """The :class:`Attention` core for these arguments, built once per thread and kept (the 64
+    last used): building one, six hook points included, costs tens of µs, more than a small
+    retrieval. A kept core carries no hook (:func:`associate` removes its own after the call).
+    Arguments equal in value but not in type are different keys (``power=True`` is refused,
+    not taken for 1); an unhashable argument gets a core of its own."""
+    build = getattr(_THREAD, "build", None)
+    if build is None:
+        build = _THREAD.build = lru_cache(maxsize=64, typed=True)(Attention)
+    try:
+        return build(similarity, separation, beta, power, normalize, memory_budget)
+    except TypeError:  # unhashable (or invalid: then the constructor raises it again)
+        return Attention(similarity, separation, beta, power, normalize, memory_budget)
 
 
 def whitened_metric(keys: torch.Tensor, ridge: float = 0.0) -> torch.Tensor:
@@ -43,7 +70,7 @@ def associate(
     it the metric is ``(KᵀK + λI)⁺`` from the keys (``ridge`` = λ). With ``return_weights`` the
     ``(B, M, N)`` weights are read from the core's ``hook_weights`` (and so materialised).
     """
-    core = Attention(similarity, separation, beta, power, normalize, memory_budget)
+    core = _core(similarity, separation, beta, power, normalize, memory_budget)
     check_nonnegative("ridge", ridge)
     q = as_tensor("queries", queries, ndim=(2, 3))
     k = as_tensor("keys", keys, ndim=(2, 3))
@@ -67,13 +94,16 @@ def associate(
         m = as_tensor("metric", metric, ndim=(2, 3)).to(dtype)
     elif similarity == "whitened_dot":
         m = whitened_metric(k, ridge)
-    seen: dict[str, torch.Tensor] = {}
-    if return_weights:
-        core.hook_weights.register_forward_hook(
-            lambda _mod, _inp, out: seen.__setitem__("weights", out)
-        )
-    out = core(q, k, v, metric=m)
     if not return_weights:
+        out = core(q, k, v, metric=m)
         return out[0] if unbatched else out
+    seen: dict[str, torch.Tensor] = {}
+    handle = core.hook_weights.register_forward_hook(
+        lambda _mod, _inp, out: seen.__setitem__("weights", out)
+    )
+    try:
+        out = core(q, k, v, metric=m)
+    finally:
+        handle.remove()
     weights = seen["weights"]
     return (out[0], weights[0]) if unbatched else (out, weights)
