@@ -38,6 +38,25 @@ def unit_scale(x: torch.Tensor) -> torch.Tensor:
     return torch.ldexp(torch.ones_like(x[..., :1, :1]), exponent)
 
 
+def row_exponents(x: torch.Tensor) -> torch.Tensor:
+    """Per row (last axis) the exponent ``e`` with ``max|row| / 2ᵉ`` in ``[0.5, 1)``; 0 for a
+    zero row. Shape ``(…, M, 1)``."""
+    _, exponent = torch.frexp(x.abs().amax(-1, keepdim=True))
+    return exponent
+
+
+def ldexp(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """``x · 2^shift`` (``shift`` integer, broadcast), in factors of at most ``2^±1000`` so that
+    no float64 power of two overflows on the way: exact wherever the result is a normal number
+    (float64; in float32 only for ``|shift| ≤ 126``, the range of its powers of two)."""
+    shift = shift.to(torch.int64)
+    while bool((shift != 0).any()):
+        part = shift.clamp(-1000, 1000)
+        x = x * torch.pow(2.0, part.to(x.dtype))
+        shift = shift - part
+    return x
+
+
 def _largest(x: torch.Tensor) -> torch.Tensor:
     """``max |x|`` per task, ``(B, 1, 1)``, from max and min: no ``|x|`` temporary (about 8×
     faster than ``vector_norm(ord=inf)`` over two dimensions on the CPU)."""
@@ -89,7 +108,7 @@ def rescale_tasks(
         capped = wanted > cap
         lam = wanted.clamp(max=cap).reshape(-1)
         if bool(capped.any()):
-            ex, ey = _exponent(sx), _exponent(sy)
+            ex, ey = power_of_two_exponent(sx), power_of_two_exponent(sy)
             shift = ey + torch.where(capped, 2 * ex, torch.zeros_like(ex))
             mantissa = torch.where(capped, torch.full_like(sx, cap / ridge), torch.ones_like(sx))
             half = torch.div(shift, 2, rounding_mode="floor")
@@ -97,7 +116,7 @@ def rescale_tasks(
     return x, y, Rescaling(sx, output, lam)
 
 
-def _exponent(s: torch.Tensor) -> torch.Tensor:
+def power_of_two_exponent(s: torch.Tensor) -> torch.Tensor:
     """``e`` of an exact power of two ``s = 2^e``."""
     _, exponent = torch.frexp(s)
     return exponent - 1

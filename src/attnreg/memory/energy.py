@@ -95,7 +95,7 @@ from typing import Any
 import torch
 
 from attnreg.core import associate
-from attnreg.core.scaling import power_of_two_scale
+from attnreg.core.scaling import ldexp, power_of_two_exponent, power_of_two_scale, row_exponents
 from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
 from attnreg.core.validation import as_tensor, check_choice, check_positive, check_positive_int
 from attnreg.core.whitening import whitening_matrix
@@ -153,27 +153,9 @@ def _check_family(energy: str, power: int, beta: float) -> None:
         check_positive("beta", beta)
 
 
-def _row_exponents(x: torch.Tensor) -> torch.Tensor:
-    """Per row (last axis) the exponent ``e`` with ``max|row| / 2ᵉ`` in ``[0.5, 1)``; 0 for a
-    zero row. Shape ``(…, M, 1)``."""
-    _, exponent = torch.frexp(x.abs().amax(-1, keepdim=True))
-    return exponent
-
-
 def _max_exponent(dtype: torch.dtype) -> int:
     """``maxexp`` of the dtype (1024 for float64): its largest finite value is below 2^maxexp."""
     return int(math.log2(torch.finfo(dtype).max)) + 1
-
-
-def _ldexp(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-    """``x · 2^shift`` (``shift`` integer, broadcast), in factors of at most ``2^±1000`` so that
-    no power of two overflows on the way: exact wherever the result is a normal number."""
-    shift = shift.to(torch.int64)
-    while bool((shift != 0).any()):
-        part = shift.clamp(-1000, 1000)
-        x = x * torch.pow(2.0, part.to(x.dtype))
-        shift = shift - part
-    return x
 
 
 def _restore(
@@ -182,7 +164,7 @@ def _restore(
     """``unit · 2^shift`` per row, or a ``ValueError`` naming ``name`` when it leaves the float
     range: an infinite entry (overflow), or — with ``underflow`` — a row that is non-zero at
     unit scale but below the smallest normal number after the shift."""
-    out = _ldexp(unit, shift)
+    out = ldexp(unit, shift)
     if not bool(torch.isfinite(out).all()):
         raise ValueError(
             f"{name}: the result overflows {unit.dtype} at this magnitude (largest factor "
@@ -203,7 +185,7 @@ def _value_exponent(values: torch.Tensor) -> torch.Tensor:
     """The exponent ``e`` of :func:`power_of_two_scale` (0 at ordinary magnitudes): per memory
     ``(B, 1, 1)`` for ``(B, N, dv)`` values, ``(1, 1)`` for ``(N, dv)``."""
     scale = power_of_two_scale(values if values.ndim == 3 else values.unsqueeze(0))
-    exponent = torch.frexp(scale)[1] - 1
+    exponent = power_of_two_exponent(scale)
     return exponent if values.ndim == 3 else exponent[0]
 
 
@@ -254,7 +236,7 @@ def _step(
         return _associate(states, whitened, v, energy, n, beta, memory_budget)
     e_v = torch.zeros((), dtype=torch.int32) if plain_values else _value_exponent(v)
     if bool((e_v != 0).any()):
-        v = _ldexp(v, -e_v)
+        v = ldexp(v, -e_v)
     if energy == "softmax":
         out = _associate(states, whitened, v, energy, n, beta, memory_budget)
         if not bool(torch.isfinite(out).all()):
@@ -263,8 +245,8 @@ def _step(
                 f"largest |ξ| = {float(states.abs().max()):.3g}); scale the {name} down"
             )
         return _restore(out, e_v, name) if bool((e_v != 0).any()) else out
-    e = _row_exponents(states)
-    unit = _associate(_ldexp(states, -e), whitened, v, energy, n, beta, memory_budget)
+    e = row_exponents(states)
+    unit = _associate(ldexp(states, -e), whitened, v, energy, n, beta, memory_budget)
     return _restore(unit, (n - 1) * e + e_v, name)
 
 
@@ -327,8 +309,8 @@ def family_energy(
     extreme magnitudes as in the module docstring.
     """
     _check_family(energy, power, beta)
-    e = _row_exponents(states)
-    x = _ldexp(states, -e)
+    e = row_exponents(states)
+    x = ldexp(states, -e)
     half = 0.5 * (x * x).sum(-1, keepdim=True)
     if energy == "softmax":
         n = whitened.shape[-2]
@@ -408,9 +390,9 @@ class EnergyMemory:
         """``s = K̃ ξ``: ``(M, N)`` for states ``(M, d)`` (``(N,)`` for one state), the weights
         of the core's identity separation."""
         x, single = self._states(states)
-        e = _row_exponents(x)
+        e = row_exponents(x)
         values = x.new_zeros(self.whitened_.shape[0], 1)  # the weights do not depend on them
-        _, unit = associate(_ldexp(x, -e), self.whitened_, values, return_weights=True)
+        _, unit = associate(ldexp(x, -e), self.whitened_, values, return_weights=True)
         s = _restore(unit, e, "states")
         return s[0] if single else s
 
