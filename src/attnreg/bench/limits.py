@@ -2,8 +2,8 @@
 
 Each target lists its :class:`Limit` objects once; the row's ``target`` text
 (:func:`target_text`) and its sub-checks (:func:`judge`, recorded in ``details["checks"]`` and
-deciding ``passed``) are both derived from that list, so the printed target and the check
-cannot disagree.
+deciding ``passed``) are both derived from that list (:func:`judged` builds the row from it), so
+the printed target and the check cannot disagree.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from attnreg.bench.common import BenchResult
 
 _SYMBOLS = {"<=": "≤", ">=": "≥"}
 
@@ -72,3 +74,31 @@ def judge(
         check(limit.name, values[limit.name], limit.op, limit.bound * scales.get(limit.name, 1.0))
         for limit in limits
     ]
+
+
+def judged(
+    limits: Sequence[Limit],
+    values: Mapping[str, float | None],
+    *,
+    row_id: str,
+    workload: str,
+    value: float | None,
+    unit: str,
+    reference: str,
+    details: Mapping[str, Any],
+    scales: Mapping[str, float] | None = None,
+) -> BenchResult:
+    """A target's row judged against its ``limits``: ``target`` is :func:`target_text`, the
+    sub-checks :func:`judge` of ``values`` (and ``scales``) come first in ``details`` as
+    ``"checks"``, and ``passed`` is whether every one of them passed."""
+    checks = judge(limits, values, scales)
+    return BenchResult(
+        id=row_id,
+        workload=workload,
+        value=value,
+        unit=unit,
+        target=target_text(limits),
+        passed=all(c["passed"] for c in checks),
+        reference=reference,
+        details={"checks": checks, **details},
+    )

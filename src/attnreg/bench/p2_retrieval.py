@@ -17,7 +17,7 @@ from attnreg.bench.common import (
     median,
     time_interleaved,
 )
-from attnreg.bench.limits import Limit, judge, target_text
+from attnreg.bench.limits import Limit, judged
 from attnreg.bench.sizes import Sizes
 from attnreg.core.retrieval import associate
 
@@ -73,24 +73,19 @@ def bench_p2(sizes: Sizes, repeat: int, rate: float, threads: int) -> BenchResul
     err = float((got - _sdpa(q, k, v)).abs().max())
     peak = measure_peak("attnreg.bench.p2_retrieval:p2_workload", {"n": n, "m": m, "d": d}, threads)
     extra = peak.get("extra_bytes")
-    checks = judge(
+    return judged(
         LIMITS,
         {
             "fraction of matmul rate": frac,
             "peak extra memory (GiB)": None if extra is None else extra / GIB,
         },
-    )
-    return BenchResult(
-        id="P2",
+        row_id="P2",
         workload=f"softmax retrieval associate(scaled_dot, softmax): N={n} memories, d={d}, "
         f"{m} queries, float32",
         value=frac,
         unit="fraction of fp32 matmul rate",
-        target=target_text(LIMITS),
-        passed=all(c["passed"] for c in checks),
         reference=f"torch {sizes.matmul}² fp32 matmul (rate), scaled_dot_product_attention",
         details={
-            "checks": checks,
             "seconds": med,
             "flops": flops,
             "matmul_rate_gflops_interleaved": local_rate / 1e9,

@@ -18,7 +18,7 @@ from attnreg.bench.common import (
     median,
     time_interleaved,
 )
-from attnreg.bench.limits import Limit, judge, target_text
+from attnreg.bench.limits import Limit, judged
 from attnreg.bench.sizes import Sizes
 from attnreg.constructions.ols import OLSAttention
 from attnreg.core.retrieval import associate
@@ -80,18 +80,16 @@ def bench_p3(sizes: Sizes, repeat: int, rate: float, threads: int) -> BenchResul
     )
     peak_gib = peak["peak_bytes"] / GIB if "peak_bytes" in peak else None
     worst = max(slopes.values())
-    checks = judge(LIMITS, {"log-log time slope": worst, "peak memory (GiB)": peak_gib})
-    return BenchResult(
-        id="P3",
+    return judged(
+        LIMITS,
+        {"log-log time slope": worst, "peak memory (GiB)": peak_gib},
+        row_id="P3",
         workload=f"whitened linear attention over N tokens (associate whitened_dot/identity; "
         f"OLSAttention fit+predict), N={list(sizes.p3_tokens)}, d={d}, float32",
         value=worst,
         unit="log-log slope of time in N",
-        target=target_text(LIMITS),
-        passed=all(c["passed"] for c in checks),
         reference="linear growth (slope 1); the child process's peak resident set",
         details={
-            "checks": checks,
             "seconds": med,
             "slopes": slopes,
             "fraction_of_matmul_rate_at_largest_n": frac,
