@@ -325,3 +325,31 @@ def test_shared_heads_and_overflow_give_the_plain_formula(narrow):
     )
     assert np.all(np.isfinite(got))
     assert np.all(np.abs(got - expected) <= 2 * 30 * U * bound)
+
+
+@pytest.mark.parametrize("per_task", [False, True])
+def test_linear_path_in_task_blocks_keeps_per_head_metrics_whole(monkeypatch, per_task):
+    """Many tasks in several task blocks (one task each): per-head metrics and projections
+    ``(H, ·, ·)`` go whole to every block, per-task ones ``(B, 1, ·, ·)`` are cut with the tasks."""
+    from attnreg.core import linear
+
+    monkeypatch.setattr(linear, "TASK_BLOCK_BYTES", 1)
+    rng = np.random.default_rng(9)
+    b = 5
+    q, k, v = (rng.normal(size=(b, H, n, 3)) for n in (2, 7, 7))
+    shape = (b, 1) if per_task else (H,)
+    metric, w_o = rng.normal(size=(*shape, 3, 3)), rng.normal(size=(*shape, 3, 2))
+    got = Attention("dot", "identity")(
+        *(torch.from_numpy(t) for t in (q, k, v)),
+        metric=torch.from_numpy(metric),
+        w_o=torch.from_numpy(w_o),
+        path="linear",
+    ).numpy()
+    m_h = metric[:, 0] if per_task else metric  # per task: the same metric for every head
+    o_h = w_o[:, 0] if per_task else w_o
+    expected, bound = np.zeros((b, 2, 2)), np.zeros((b, 2, 2))
+    for t, h in itertools.product(range(b), range(H)):
+        m, o = (m_h[t], o_h[t]) if per_task else (m_h[h], o_h[h])
+        expected[t] += q[t, h] @ m @ k[t, h].T @ v[t, h] @ o
+        bound[t] += np.abs(q[t, h]) @ np.abs(m) @ np.abs(k[t, h]).T @ np.abs(v[t, h]) @ np.abs(o)
+    assert np.all(np.abs(got - expected) <= 2 * (3 + 3 + 7 + 3 + H) * U * bound)

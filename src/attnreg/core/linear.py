@@ -64,15 +64,19 @@ def linear_attention(
     if len(blocks) == 1:
         return _linear_block(q, k, v, metric, w_o, scale, mean_divisor)
     parts = [
-        _linear_block(q[b], k[b], v[b], _rows(metric, b), _rows(w_o, b), scale, mean_divisor)
+        _linear_block(
+            q[b], k[b], v[b], _rows(metric, b, q.ndim), _rows(w_o, b, q.ndim), scale, mean_divisor
+        )
         for b in blocks
     ]
     return torch.cat(parts, dim=0)
 
 
-def _rows(t: torch.Tensor | None, block: slice) -> torch.Tensor | None:
-    """The tasks ``block`` of a per-task tensor; shared (unbatched, 2-D) tensors are kept."""
-    if t is None or t.ndim < 3 or t.shape[0] == 1:
+def _rows(t: torch.Tensor | None, block: slice, ndim: int) -> torch.Tensor | None:
+    """The tasks ``block`` of a per-task tensor: one of the tokens' rank ``ndim`` (``(B, d, d)``
+    beside ``(B, N, d)`` tokens, ``(B, 1, d, d)`` beside ``(B, H, N, d)``). Shared tensors
+    (2-D, per head ``(H, d, d)`` beside 4-D tokens, or one task) are kept whole."""
+    if t is None or t.ndim != ndim or t.shape[0] == 1:
         return t
     return t[block]
 
