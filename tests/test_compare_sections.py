@@ -109,19 +109,19 @@ def test_density_predictions_against_numpy():
     np.testing.assert_allclose(weights, sim / n, rtol=1e-10, atol=1e-12)
     # identity separation: the OLS prediction (numpy lstsq)
     ols = xq @ np.linalg.lstsq(x, y, rcond=None)[0]
-    got = density.density_predict(xt, yt, qt, "identity").numpy()
+    got = density.density_attention(xt, yt, qt, "identity")[0].numpy()
     np.testing.assert_allclose(got, ols, rtol=1e-10, atol=1e-12)
     for power in (2, 3, 4):
         want = np.zeros((6, 1))
         for m in range(6):
             norm = sum(abs(sim[m, i]) ** power for i in range(n))
             want[m] = sum(sim[m, i] ** power / norm * y[i] for i in range(n))
-        got = density.density_predict(xt, yt, qt, "power", power=power).numpy()
+        got = density.density_attention(xt, yt, qt, "power", power=power)[0].numpy()
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
     beta = 0.7
     e = np.exp(beta * sim - (beta * sim).max(1, keepdims=True))
     want = (e / e.sum(1, keepdims=True)) @ y
-    got = density.density_predict(xt, yt, qt, "softmax", beta=beta).numpy()
+    got = density.density_attention(xt, yt, qt, "softmax", beta=beta)[0].numpy()
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
@@ -131,7 +131,7 @@ def test_validated_beta_is_the_argmin_of_the_validation_path():
     mults = [0.25, 1.0, 4.0]
 
     def predict(xc, yc, xq, beta):
-        return density.density_predict(xc, yc, xq, "softmax", beta=beta)
+        return density.density_attention(xc, yc, xq, "softmax", beta=beta)[0]
 
     beta, path = density.validated_beta(x, y, predict, mults, 0.2, np.random.default_rng(7))
     fit, val = density.validation_split(50, 0.2, np.random.default_rng(7))

@@ -92,19 +92,6 @@ def density_attention(
     return prediction, weights
 
 
-def density_predict(
-    x_ctx: torch.Tensor,
-    y_ctx: torch.Tensor,
-    x_query: torch.Tensor,
-    separation: str,
-    power: int = 2,
-    beta: float = 1.0,
-) -> torch.Tensor:
-    """``ŷ(x*) = Σ_i w_i(x*) y_i`` for ``X (N, d)``, ``Y (N, dy)``, ``X* (M, d)`` → ``(M, dy)``
-    (:func:`density_attention`)."""
-    return density_attention(x_ctx, y_ctx, x_query, separation, power, beta)[0]
-
-
 def validation_split(n: int, fraction: float, rng: np.random.Generator) -> tuple[Any, Any]:
     """``(fit, validation)`` row indices: a seeded permutation, ``max(1, round(fraction·n))``
     validation rows."""
@@ -155,7 +142,7 @@ def measure_mode(
     n = x.shape[0]
 
     def soft(xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor, beta: float) -> torch.Tensor:
-        return density_predict(xc, yc, xq, "softmax", beta=beta)
+        return density_attention(xc, yc, xq, "softmax", beta=beta)[0]
 
     beta, val_path = validated_beta(x, y, soft, cfg.beta_multipliers, cfg.validation_fraction, rng)
     rows = []
@@ -187,8 +174,8 @@ def measure_mode(
                 "data": data.name,
                 "beta": b,
                 "validation_mse": val,
-                "recall_mse": mse(density_predict(x, y, x, "softmax", beta=b), y),
-                "test_mse": mse(density_predict(x, y, xt, "softmax", beta=b), yt),
+                "recall_mse": mse(density_attention(x, y, x, "softmax", beta=b)[0], y),
+                "test_mse": mse(density_attention(x, y, xt, "softmax", beta=b)[0], yt),
             }
         )
     return rows, path

@@ -39,6 +39,7 @@ from attnreg.data.regression import RegressionData
 from attnreg.estimators import OLS
 from attnreg.studies.common import FigureRecord, Section
 from attnreg.studies.compare.config import CompareConfig
+from attnreg.studies.compare.metrics import mse
 
 SECTION = "memories"
 SEED_TAG = 3  # the section's stream: numpy SeedSequence([config.seed, SEED_TAG])
@@ -92,7 +93,8 @@ def contexts(
 
 
 def _rel(pred: torch.Tensor, ref: torch.Tensor) -> float:
-    return float(((pred - ref) ** 2).mean() / (ref**2).mean())
+    """``mean((ŷ − ŷ_ref)²) / mean(ŷ_ref²)``."""
+    return mse(pred, ref) / float((ref**2).mean())
 
 
 def measure_mode(
@@ -121,7 +123,7 @@ def measure_mode(
                         "n_context": ctx[slow][0].shape[0],
                         "rel_mse_to_ols_b": _rel(pred, ols["B"]),
                         "rel_mse_to_ols_a": _rel(pred, ols["A"]),
-                        "mse_to_ols_b": float(((pred - ols["B"]) ** 2).mean()),
+                        "mse_to_ols_b": mse(pred, ols["B"]),
                         "fast_mismatch": float(
                             (mix - torch.eye(d, dtype=mix.dtype)).norm() / math.sqrt(d)
                         ),

@@ -169,10 +169,18 @@ def scaling_rows(cfg: CompareConfig) -> list[dict[str, Any]]:
     return rows
 
 
-def _get(rows: list[dict[str, Any]], scenario: str, kind: str, sep: str, rule: str) -> float:
+def _get(
+    rows: list[dict[str, Any]],
+    scenario: str,
+    kind: str,
+    sep: str,
+    rule: str,
+    field: str = "test_mse",
+) -> float:
+    """``field`` of the row of one scenario × preprocessing × separation × scale rule."""
     return float(
         next(
-            r["test_mse"]
+            r[field]
             for r in rows
             if (r["scenario"], r["preprocessing"], r["separation"], r["scale_rule"])
             == (scenario, kind, sep, rule)
@@ -230,15 +238,7 @@ def figure(rows: list[dict[str, Any]]) -> FigureRecord:
     width = 0.27
     for ax, (sep, rule, title) in zip(axes[0], panels, strict=True):
         for i, kind in enumerate(PREPROCESSING):
-            values = [
-                next(
-                    r["test_mse_vs_ridge"]
-                    for r in rows
-                    if (r["scenario"], r["preprocessing"], r["separation"], r["scale_rule"])
-                    == (s, kind, sep, rule)
-                )
-                for s in SCENARIOS
-            ]
+            values = [_get(rows, s, kind, sep, rule, "test_mse_vs_ridge") for s in SCENARIOS]
             ax.bar(idx + (i - 1) * width, values, width, label=kind)
         ax.axhline(1, color="black", linewidth=0.6)
         ax.set_xticks(idx, [sc.replace(" ", "\n") for sc in SCENARIOS], fontsize=7)
