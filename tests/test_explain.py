@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from cli_checks import one_line_error
 from typer.testing import CliRunner
 
 from attnreg.cli import app
@@ -196,15 +197,6 @@ def test_agreement_with_a_constant_reference_is_undefined() -> None:
 runner = CliRunner()
 
 
-def _one_line_error(result, *needles) -> None:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1, result.output
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-
-
 @pytest.mark.parametrize(
     "option, needle",
     [
@@ -220,7 +212,7 @@ def _one_line_error(result, *needles) -> None:
     ],
 )
 def test_cli_bad_option_values_are_one_line_errors(option, needle) -> None:
-    _one_line_error(runner.invoke(app, ["explain", "--construction", "gd", *option]), needle)
+    one_line_error(runner.invoke(app, ["explain", "--construction", "gd", *option]), needle)
 
 
 def test_cli_bad_out_and_checkpoint_are_one_line_errors(tmp_path) -> None:
@@ -228,9 +220,9 @@ def test_cli_bad_out_and_checkpoint_are_one_line_errors(tmp_path) -> None:
     a_file.write_text("")
     for out in (a_file, a_file / "below"):
         result = runner.invoke(app, ["explain", "--construction", "gd", "--out", str(out)])
-        _one_line_error(result, "--out", str(out))
-    _one_line_error(runner.invoke(app, ["explain", str(tmp_path / "none.pt")]), "checkpoint")
-    _one_line_error(runner.invoke(app, ["explain", str(tmp_path)]), "checkpoint")
+        one_line_error(result, "--out", str(out))
+    one_line_error(runner.invoke(app, ["explain", str(tmp_path / "none.pt")]), "checkpoint")
+    one_line_error(runner.invoke(app, ["explain", str(tmp_path)]), "checkpoint")
 
 
 def test_cli_out_writes_the_rows(tmp_path) -> None:

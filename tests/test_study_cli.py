@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from cli_checks import one_line_error
 from typer.testing import CliRunner
 
 from attnreg.cli import app
@@ -28,37 +29,28 @@ def test_every_study_lists_the_common_options_its_own_and_its_help(study):
     assert " ".join(spec.help.split()[:6]) in " ".join(text.split())
 
 
-def _one_line_error(result, *needles):
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1, result.output
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-
-
 @pytest.mark.parametrize("study", list(STUDIES))
 def test_bad_config_files_are_one_line_errors(study, tmp_path):
     out = ["--out", str(tmp_path / "out")]
     missing = tmp_path / "missing.yaml"
-    _one_line_error(runner.invoke(app, [study, "--config", str(missing), *out]), "no such file")
+    one_line_error(runner.invoke(app, [study, "--config", str(missing), *out]), "no such file")
     syntax = tmp_path / "syntax.yaml"
     syntax.write_text("seed: [1, 2\nsteps: 3\n")
-    _one_line_error(
+    one_line_error(
         runner.invoke(app, [study, "--config", str(syntax), *out]), "invalid YAML", "line"
     )
     tagged = tmp_path / "tagged.yaml"
     tagged.write_text("seed: !!python/object/apply:os.system ['echo pwned']\n")
-    _one_line_error(runner.invoke(app, [study, "--config", str(tagged), *out]), "invalid YAML")
+    one_line_error(runner.invoke(app, [study, "--config", str(tagged), *out]), "invalid YAML")
     unknown = tmp_path / "unknown.json"
     unknown.write_text(json.dumps({"no_such_key": 1}))
-    _one_line_error(runner.invoke(app, [study, "--config", str(unknown), *out]), "no_such_key")
+    one_line_error(runner.invoke(app, [study, "--config", str(unknown), *out]), "no_such_key")
     wrong = tmp_path / "wrong.yaml"
     wrong.write_text("seed: three\n")
-    _one_line_error(runner.invoke(app, [study, "--config", str(wrong), *out]), "seed")
+    one_line_error(runner.invoke(app, [study, "--config", str(wrong), *out]), "seed")
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(b"seed: 1\n\xff\xfe\x00\x9c")
-    _one_line_error(
+    one_line_error(
         runner.invoke(app, [study, "--config", str(binary), *out]),
         "--config",
         str(binary),
@@ -69,16 +61,16 @@ def test_bad_config_files_are_one_line_errors(study, tmp_path):
 @pytest.mark.parametrize("study", list(STUDIES))
 def test_bad_options_are_one_line_errors(study, tmp_path):
     out = ["--out", str(tmp_path / "out")]
-    _one_line_error(runner.invoke(app, [study, "--set", "seed", *out]), "--set", "KEY=VALUE")
-    _one_line_error(runner.invoke(app, [study, "--set", "nope=1", *out]), "nope")
-    _one_line_error(runner.invoke(app, [study, "--quick", "--full", *out]), "--quick", "--full")
-    _one_line_error(runner.invoke(app, [study, "--seed", "-1", *out]), "seed")
+    one_line_error(runner.invoke(app, [study, "--set", "seed", *out]), "--set", "KEY=VALUE")
+    one_line_error(runner.invoke(app, [study, "--set", "nope=1", *out]), "nope")
+    one_line_error(runner.invoke(app, [study, "--quick", "--full", *out]), "--quick", "--full")
+    one_line_error(runner.invoke(app, [study, "--seed", "-1", *out]), "seed")
     a_file = tmp_path / "a_file"
     a_file.write_text("")
-    _one_line_error(runner.invoke(app, [study, "--out", str(a_file / "x")]), "--out")
+    one_line_error(runner.invoke(app, [study, "--out", str(a_file / "x")]), "--out")
     if not torch.cuda.is_available():
-        _one_line_error(runner.invoke(app, [study, "--device", "cuda", *out]), "--device")
-    _one_line_error(runner.invoke(app, [study, "--device", "tpu9", *out]), "--device")
+        one_line_error(runner.invoke(app, [study, "--device", "cuda", *out]), "--device")
+    one_line_error(runner.invoke(app, [study, "--device", "tpu9", *out]), "--device")
 
 
 def test_set_and_config_replace_the_profile_fields(tmp_path):
@@ -117,13 +109,13 @@ def test_usage_errors_of_the_real_entry_point_are_one_line(args, needle):
     assert len(lines) == 1 and needle in lines[0], proc.stderr
 
 
-def test_report_overrides_with_an_unknown_key_is_a_one_line_error(tmp_path):
+def test_report_overrides_with_an_unknown_key_is_aone_line_error(tmp_path):
     overrides = tmp_path / "overrides.yaml"
     overrides.write_text("icl: {no_such_key: 3}\n")
     result = runner.invoke(
         app, ["report", "--overrides", str(overrides), "--out", str(tmp_path / "r")]
     )
-    _one_line_error(result, "overrides of icl", "no_such_key")
+    one_line_error(result, "overrides of icl", "no_such_key")
     assert not (tmp_path / "r" / "results.db").exists()  # nothing ran
 
 
@@ -145,7 +137,7 @@ def test_report_overrides_with_an_unknown_key_is_a_one_line_error(tmp_path):
 )
 def test_bad_set_values_are_refused_before_anything_runs(value, needles, tmp_path):
     out = tmp_path / "out"
-    _one_line_error(runner.invoke(app, ["verify", "--set", value, "--out", str(out)]), *needles)
+    one_line_error(runner.invoke(app, ["verify", "--set", value, "--out", str(out)]), *needles)
     assert not out.exists()  # nothing ran, nothing written
 
 
@@ -156,19 +148,19 @@ def test_set_reads_exponent_floats_as_numbers():
     assert values == {"ridge": 0.1, "tol_scale": 2000.0, "dtypes": ["float64"], "name": "1e-3x"}
 
 
-def test_report_overrides_with_a_bad_value_is_a_one_line_error(tmp_path):
+def test_report_overrides_with_a_bad_value_is_aone_line_error(tmp_path):
     """The audit: these overrides used to write the page with verify failed, exit status 0."""
     overrides = tmp_path / "overrides.yaml"
     overrides.write_text('verify: {dtypes: ["float16"]}\n')
     out = tmp_path / "r"
     result = runner.invoke(app, ["report", "--overrides", str(overrides), "--out", str(out)])
-    _one_line_error(result, "overrides of verify", "dtypes", "float16")
+    one_line_error(result, "overrides of verify", "dtypes", "float16")
     assert not out.exists()  # nothing ran, nothing written
 
 
 def test_a_bad_value_of_a_study_option_names_the_option(tmp_path):
     out = ["--out", str(tmp_path / "out")]
-    _one_line_error(runner.invoke(app, ["verify", "--tol-scale", "abc", *out]), "--tol-scale")
-    _one_line_error(runner.invoke(app, ["verify", "--dtype", "float16", *out]), "dtypes")
-    _one_line_error(runner.invoke(app, ["icl", "--threads", "x", *out]), "--threads")
-    _one_line_error(runner.invoke(app, ["icl", "--models", "lsa-9", *out]), "models", "lsa-9")
+    one_line_error(runner.invoke(app, ["verify", "--tol-scale", "abc", *out]), "--tol-scale")
+    one_line_error(runner.invoke(app, ["verify", "--dtype", "float16", *out]), "dtypes")
+    one_line_error(runner.invoke(app, ["icl", "--threads", "x", *out]), "--threads")
+    one_line_error(runner.invoke(app, ["icl", "--models", "lsa-9", *out]), "models", "lsa-9")
