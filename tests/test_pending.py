@@ -11,26 +11,12 @@ import threading
 from pathlib import Path
 
 import pytest
+from cells import cell
 
 from attnreg.runs import pending
-from attnreg.runs.store import CellResult, ResultsStore
+from attnreg.runs.store import ResultsStore
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
-
-
-def _cell(seed, status="done", finished=12.5, value=1.0):
-    return CellResult(
-        "verify",
-        {"ridge": 0.5, "seed": seed},
-        seed,
-        "0.1.0",
-        status,
-        10.0,
-        finished,
-        rows=[{"metric": "err", "value": value}],
-        summary={"q": "a"},
-        error=None if status == "done" else "boom",
-    )
 
 
 def _line(cell, **change):
@@ -78,17 +64,17 @@ def _write(path, *lines):
 
 
 BAD = {
-    "invalid status": _line(_cell(7), status="bogus"),
-    "not JSON (cut short by a kill)": _line(_cell(7))[:40],
+    "invalid status": _line(cell(7), status="bogus"),
+    "not JSON (cut short by a kill)": _line(cell(7))[:40],
     "not UTF-8": b"\xff\xfe garbage",
     "a JSON object, not the column list": json.dumps({"status": "done"}).encode(),
-    "a column missing": json.dumps(json.loads(_line(_cell(7)))[:-1]).encode(),
-    "seed is text": _line(_cell(7), seed="7"),
-    "seed too large for SQLite": _line(_cell(7), seed=2**64),
-    "started is not finite": _line(_cell(7)).replace(b", 10.0,", b", NaN,"),
-    "rows is not JSON": _line(_cell(7), rows="[{"),
-    "null study": _line(_cell(7), study=None),
-    "key of another cell": _line(_cell(7), key=_cell(8).key),
+    "a column missing": json.dumps(json.loads(_line(cell(7)))[:-1]).encode(),
+    "seed is text": _line(cell(7), seed="7"),
+    "seed too large for SQLite": _line(cell(7), seed=2**64),
+    "started is not finite": _line(cell(7)).replace(b", 10.0,", b", NaN,"),
+    "rows is not JSON": _line(cell(7), rows="[{"),
+    "null study": _line(cell(7), study=None),
+    "key of another cell": _line(cell(7), key=cell(8).key),
 }
 
 
@@ -96,7 +82,7 @@ BAD = {
 def test_bad_line_is_set_aside_and_reported_and_the_good_ones_stored(tmp_path, capsys, case):
     store = tmp_path / "r.db"
     ResultsStore(store).close()
-    good = [_cell(0), _cell(1)]
+    good = [cell(0), cell(1)]
     _write(pending.pending_path(store), _line(good[0]), BAD[case], _line(good[1]))
     with ResultsStore(store) as db:
         assert db.count() == 2
@@ -112,11 +98,11 @@ def test_bad_line_is_set_aside_and_reported_and_the_good_ones_stored(tmp_path, c
 def test_audit_case_bogus_status_first_then_a_valid_row(tmp_path, capsys):
     """The audit's report: the bogus line made the whole file fail and be deleted."""
     store = tmp_path / "r.db"
-    bogus, valid = _line(_cell(0), status="bogus"), _line(_cell(1))
+    bogus, valid = _line(cell(0), status="bogus"), _line(cell(1))
     _write(pending.pending_path(store), bogus, valid)
     with ResultsStore(store):
         pass
-    assert _stored(store) == _expected(_cell(1))
+    assert _stored(store) == _expected(cell(1))
     assert pending.rejected_path(store).read_bytes() == bogus + b"\n"
     assert "CHECK constraint failed" in capsys.readouterr().err
 
@@ -124,7 +110,7 @@ def test_audit_case_bogus_status_first_then_a_valid_row(tmp_path, capsys):
 def test_several_bad_lines_are_counted_and_later_ones_appended(tmp_path, capsys):
     store = tmp_path / "r.db"
     ResultsStore(store).close()
-    _write(pending.pending_path(store), BAD["not UTF-8"], _line(_cell(0)), BAD["invalid status"])
+    _write(pending.pending_path(store), BAD["not UTF-8"], _line(cell(0)), BAD["invalid status"])
     ResultsStore(store).close()
     assert "warning: 2 lines of" in capsys.readouterr().err
     _write(pending.pending_path(store), BAD["seed is text"])
@@ -132,16 +118,16 @@ def test_several_bad_lines_are_counted_and_later_ones_appended(tmp_path, capsys)
     assert "warning: 1 line of" in capsys.readouterr().err
     rejected = pending.rejected_path(store).read_bytes().splitlines()
     assert rejected == [BAD["not UTF-8"], BAD["invalid status"], BAD["seed is text"]]
-    assert _stored(store) == _expected(_cell(0))
+    assert _stored(store) == _expected(cell(0))
 
 
 def test_an_older_set_aside_result_never_replaces_a_newer_stored_one(tmp_path):
     store = tmp_path / "r.db"
-    newer_done = _cell(0, "done", finished=20.0)
+    newer_done = cell(0, "done", finished=20.0)
     with ResultsStore(store) as db:
         db.put(newer_done)
-        db.put(_cell(1, "failed", finished=11.0))
-    older_failed, newer_retry = _cell(0, "failed", finished=15.0), _cell(1, "done", finished=30.0)
+        db.put(cell(1, "failed", finished=11.0))
+    older_failed, newer_retry = cell(0, "failed", finished=15.0), cell(1, "done", finished=30.0)
     _write(pending.pending_path(store), _line(older_failed), _line(newer_retry), _line(newer_retry))
     ResultsStore(store).close()
     assert _stored(store) == _expected(newer_done, newer_retry)  # once each, newest kept
@@ -149,7 +135,7 @@ def test_an_older_set_aside_result_never_replaces_a_newer_stored_one(tmp_path):
 
 def test_store_still_locked_keeps_good_lines_pending_and_sets_bad_ones_aside(tmp_path):
     store = tmp_path / "r.db"
-    good = [_line(_cell(0)), _line(_cell(1))]
+    good = [_line(cell(0)), _line(cell(1))]
     with ResultsStore(store, lock_timeout=0) as db:
         _write(pending.pending_path(store), good[0], BAD["not UTF-8"], good[1])
         locker = sqlite3.connect(store, isolation_level=None)
@@ -163,7 +149,7 @@ def test_store_still_locked_keeps_good_lines_pending_and_sets_bad_ones_aside(tmp
         assert pending.read_lines(pending.rejected_path(store)) == [BAD["not UTF-8"]]
         assert _stored(store) == {}
         assert db.add_pending() == 0
-    assert _stored(store) == _expected(_cell(0), _cell(1))
+    assert _stored(store) == _expected(cell(0), cell(1))
     assert _leftovers(store) == [pending.rejected_path(store).name]
 
 
@@ -180,16 +166,16 @@ def test_orphaned_claim_of_a_dead_process_is_recovered_a_live_ones_is_left(tmp_p
     orphan = store.with_name(f"{name}.{_dead_pid()}")
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     live = store.with_name(f"{name}.{alive.pid}")  # a live process, maybe still recovering
-    _write(orphan, _line(_cell(0)), BAD["invalid status"])
-    _write(live, _line(_cell(1)))
-    _write(pending.pending_path(store), _line(_cell(2)))
+    _write(orphan, _line(cell(0)), BAD["invalid status"])
+    _write(live, _line(cell(1)))
+    _write(pending.pending_path(store), _line(cell(2)))
     try:
         ResultsStore(store).close()
     finally:
         alive.kill()
         alive.wait()
-    assert _stored(store) == _expected(_cell(0), _cell(2))
-    assert not orphan.exists() and live.read_bytes() == _line(_cell(1)) + b"\n"
+    assert _stored(store) == _expected(cell(0), cell(2))
+    assert not orphan.exists() and live.read_bytes() == _line(cell(1)) + b"\n"
     assert pending.read_lines(pending.rejected_path(store)) == [BAD["invalid status"]]
 
 
@@ -237,7 +223,7 @@ CRASHES = {
 def test_a_crash_at_any_step_after_the_claim_loses_no_line(tmp_path, monkeypatch, stage):
     store = tmp_path / "r.db"
     ResultsStore(store).close()
-    lines = [_line(_cell(0)), BAD["invalid status"], _line(_cell(1)), BAD["not UTF-8"]]
+    lines = [_line(cell(0)), BAD["invalid status"], _line(cell(1)), BAD["not UTF-8"]]
     _write(pending.pending_path(store), *lines)
     CRASHES[stage](monkeypatch)
     with pytest.raises(RuntimeError, match="killed"):
@@ -251,7 +237,7 @@ def test_a_crash_at_any_step_after_the_claim_loses_no_line(tmp_path, monkeypatch
         key = json.loads(line)[0] if line in (lines[0], lines[2]) else None
         assert line in on_disk or key in stored, line
     ResultsStore(store).close()  # the next opening finishes the job
-    assert _stored(store) == _expected(_cell(0), _cell(1))
+    assert _stored(store) == _expected(cell(0), cell(1))
     assert set(pending.read_lines(pending.rejected_path(store))) == {lines[1], lines[3]}
     assert _leftovers(store) == [pending.rejected_path(store).name]
 
@@ -269,7 +255,7 @@ ResultsStore(sys.argv[1])
 def test_a_process_killed_after_its_claim_leaves_an_orphan_the_next_run_recovers(tmp_path):
     store = tmp_path / "r.db"
     ResultsStore(store).close()
-    _write(pending.pending_path(store), _line(_cell(0)), _line(_cell(1)))
+    _write(pending.pending_path(store), _line(cell(0)), _line(cell(1)))
     env = {**os.environ, "PYTHONPATH": SRC}
     killed = subprocess.Popen([sys.executable, "-c", KILLED, str(store)], env=env)
     assert killed.wait(timeout=120) == -signal.SIGKILL
@@ -277,7 +263,7 @@ def test_a_process_killed_after_its_claim_leaves_an_orphan_the_next_run_recovers
     assert _leftovers(store) == [orphan.name]
     with ResultsStore(store) as db:
         assert db.count() == 2
-    assert _stored(store) == _expected(_cell(0), _cell(1))
+    assert _stored(store) == _expected(cell(0), cell(1))
     assert _leftovers(store) == []
 
 
@@ -299,7 +285,7 @@ def test_two_runs_starting_at_once_store_each_line_once(tmp_path):
     store = tmp_path / "r.db"
     ResultsStore(store).close()
     name = pending.pending_path(store).name
-    cells = [_cell(seed) for seed in range(40)]
+    cells = [cell(seed) for seed in range(40)]
     files = [store.with_name(f"{name}.{_dead_pid()}") for _ in range(3)]
     files.append(pending.pending_path(store))
     for index, path in enumerate(files):
@@ -333,7 +319,7 @@ def test_two_runs_starting_at_once_store_each_line_once(tmp_path):
 
 def test_results_set_aside_while_a_recovery_runs_are_not_lost(tmp_path):
     store = tmp_path / "r.db"
-    cells = [_cell(seed) for seed in range(300)]
+    cells = [cell(seed) for seed in range(300)]
     with ResultsStore(store) as db:
         spiller = threading.Thread(target=lambda: [db.spill(c) for c in cells])
         spiller.start()

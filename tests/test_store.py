@@ -9,23 +9,9 @@ import time
 
 import pandas as pd
 import pytest
+from cells import cell
 
-from attnreg.runs.store import CellResult, ResultsStore, StoreBusy, StoreError, cell_key
-
-
-def _cell(seed=0, status="done", value=1.5, config=None):
-    return CellResult(
-        "verify",
-        config or {"ridge": 0.5, "seed": seed},
-        seed,
-        "0.1.0",
-        status,
-        10.0,
-        12.5,
-        rows=[{"metric": "err", "value": value}],
-        summary={"q": "a"},
-        error=None if status == "done" else "boom",
-    )
+from attnreg.runs.store import ResultsStore, StoreBusy, StoreError, cell_key
 
 
 def test_key_is_stable_and_sensitive_to_every_part():
@@ -39,11 +25,11 @@ def test_key_is_stable_and_sensitive_to_every_part():
 
 def test_one_row_per_cell_and_replace(tmp_path):
     with ResultsStore(tmp_path / "r.db") as store:
-        store.put(_cell(status="failed"))
-        store.put(_cell(status="done", value=2.0))
-        store.put(_cell(seed=1))
+        store.put(cell(status="failed"))
+        store.put(cell(status="done", value=2.0))
+        store.put(cell(seed=1))
         assert store.count() == 2
-        got = store.get(_cell().key)
+        got = store.get(cell().key)
         assert got is not None and got.status == "done" and got.rows[0]["value"] == 2.0
         assert store.status("missing") is None
     raw = sqlite3.connect(tmp_path / "r.db")
@@ -53,7 +39,7 @@ def test_one_row_per_cell_and_replace(tmp_path):
 
 def test_failed_write_leaves_no_row(tmp_path):
     with ResultsStore(tmp_path / "r.db") as store:
-        bad = _cell()
+        bad = cell()
         bad.rows = [{"x": object()}]  # not serialisable: the transaction must roll back
         with pytest.raises(TypeError):
             store.put(bad)
@@ -62,9 +48,9 @@ def test_failed_write_leaves_no_row(tmp_path):
 
 def test_exports_csv_parquet_dataframe(tmp_path):
     with ResultsStore(tmp_path / "r.db") as store:
-        store.put(_cell(seed=0, value=1.0))
-        store.put(_cell(seed=1, value=3.0))
-        store.put(_cell(seed=2, status="failed"))
+        store.put(cell(seed=0, value=1.0))
+        store.put(cell(seed=1, value=3.0))
+        store.put(cell(seed=2, status="failed"))
         frame = store.to_dataframe()
         assert list(frame["value"]) == [1.0, 3.0]
         assert set(frame["config.ridge"]) == {0.5}
@@ -110,7 +96,7 @@ def test_locked_store_is_waited_for_then_written(locked_store):
     timer.start()
     started = time.monotonic()
     with ResultsStore(path, lock_timeout=30) as store:
-        store.put(_cell())  # waits for the other writer, well past SQLite's own short wait
+        store.put(cell())  # waits for the other writer, well past SQLite's own short wait
         assert time.monotonic() - started >= 1.0
         assert store.count() == 1
     timer.join()
@@ -121,16 +107,16 @@ def test_store_locked_too_long_sets_results_aside_and_adds_them_later(locked_sto
     with ResultsStore(path, lock_timeout=0.5) as store:
         started = time.monotonic()
         with pytest.raises(StoreBusy, match=str(path)):
-            store.put(_cell(seed=1))
+            store.put(cell(seed=1))
         assert 0.5 <= time.monotonic() - started < 5
-        pending = store.spill(_cell(seed=1))
+        pending = store.spill(cell(seed=1))
         assert store.count() == 0 and pending.exists()
         with pytest.raises(StoreBusy):  # a stop request ends the wait at once
-            store.put(_cell(seed=2), give_up=lambda: True)
+            store.put(cell(seed=2), give_up=lambda: True)
     release()
     with ResultsStore(path) as store:  # the next opening adds what was set aside
         assert store.count() == 1
-        assert store.get(_cell(seed=1).key).rows == _cell(seed=1).rows
+        assert store.get(cell(seed=1).key).rows == cell(seed=1).rows
     assert not pending.exists()
 
 
