@@ -65,10 +65,13 @@ def atlas_summary(
         for s in slopes
         if s["method"] == "newton" and s["slope"] is not None and s["theory_slope"]
     ]
-    median = statistics.median(ratios) if ratios else 0.0
+    if not ratios:
+        out["newton slope / theory"] = "no (N, ε) group reached ε at two κ: no slope"
+        return out, []
+    median = statistics.median(ratios)
     checks = [
-        check("newton slope / theory (median)", median, ">=", cfg.min_newton_slope_ratio),
-        check("newton slope / theory (median) ", median, "<=", cfg.max_newton_slope_ratio),
+        check("newton slope / theory, median (floor)", median, ">=", cfg.min_newton_slope_ratio),
+        check("newton slope / theory, median (ceiling)", median, "<=", cfg.max_newton_slope_ratio),
     ]
     out["newton slope / theory"] = f"median {fmt(median)} over {len(ratios)} (N, ε) groups"
     return out, checks
@@ -104,6 +107,8 @@ def trained_summary(
             f"(relative distance {fmt(best['match_error'])}, residual cosine "
             f"{best['residual_cosine']:.3f})"
         )
+        key = f"which iterate each layer of the {deepest}-layer stack matches"
+        out[f"{key} (relative distance), κ = {fmt(kappa)}, N = {n}"] = "; ".join(parts)
         final = {
             r["layers"]: r["loss"]
             for r in cell
