@@ -129,9 +129,9 @@ def test_summary_numbers_are_the_rows(tiny):
 def test_the_command_writes_the_json_rows(tmp_path):
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(TINY | {"cap": 20, "kappas": [1.0, 10.0]}))
+    args = ["depth", "--config", str(config), "--json", "--out", str(tmp_path / "out")]
     proc = subprocess.run(
-        [sys.executable, "-m", "attnreg", "depth", "--config", str(config), "--json"]
-        + ["--out", str(tmp_path / "out"), "--no-progress"],
+        [sys.executable, "-m", "attnreg", *args, "--no-progress"],
         capture_output=True,
         text=True,
         timeout=600,

@@ -28,6 +28,7 @@ from attnreg.studies.depth.config import DepthConfig, config_dict
 from attnreg.studies.depth.noise import curve_rows, mixed_rows
 from attnreg.studies.depth.summary import (
     atlas_summary,
+    lead,
     middle_eps,
     noise_summary,
     trained_summary,
@@ -69,7 +70,8 @@ def _run(cfg: DepthConfig, progress: Progress) -> StudyResult:
     trained = trained_rows(cfg, progress)
     curve = curve_rows(cfg, progress)
     mixed = mixed_rows(cfg, progress)
-    summary: dict[str, str] = {}
+    parts = {"slope": slopes, "trained": [r for r in trained if r["kind"] == "trained"]}
+    summary: dict[str, str] = {"answer": lead(parts | {"mixed": mixed}, cfg)}
     checks: list[dict[str, Any]] = []
     for part, part_checks in (
         atlas_summary(cfg, atlas, slopes),
