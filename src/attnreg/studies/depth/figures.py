@@ -28,11 +28,13 @@ def atlas_figure(rows: list[dict[str, Any]], eps: float) -> Figure:
             if theory:
                 ax.plot(*zip(*theory, strict=True), "--", color=color, lw=1)
         if cell:
-            ax.axhline(max(r["cap"] for r in cell), color="grey", ls=":", lw=1)
+            cap = max(r["cap"] for r in cell)
+            ax.axhline(cap, color="grey", ls=":", lw=1)
+            ax.set_ylim(top=5 * cap)  # theory far beyond the cap is cut off
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("condition number κ of Σ")
-        ax.set_title(f"N = {n}, ε = {eps:g} (dashed: theory)", fontsize=9)
+        ax.set_title(f"N = {n}, ε = {eps:g} (dashed: theory, dotted: cap)", fontsize=9)
     axes[0][0].set_ylabel("layers to reach ε of OLS")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
@@ -81,6 +83,7 @@ def noise_figure(curve: list[dict[str, Any]], mixed: list[dict[str, Any]]) -> Fi
     }
     for i, (name, label) in enumerate(labels.items()):
         pts = [(r["n_ctx"], r["error"]) for r in curve if r["estimator"] == name]
+        pts = [(k, v) for k, v in pts if v > 1e-20]  # σ = 0, k ≥ d: rounding, not an error
         if pts:
             ax.plot(*zip(*pts, strict=True), "o-", color=f"C{i}", ms=4, label=label)
         if name in ("ols", "ols_noiseless"):
