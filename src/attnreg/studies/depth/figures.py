@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
+
+from attnreg.output import new_figure
 
 COLORS = {"gd": "C0", "gd++": "C1", "preconditioned": "C2", "newton": "C3"}
 
@@ -15,7 +16,9 @@ def atlas_figure(rows: list[dict[str, Any]], eps: float) -> Figure:
     """Layers needed to reach ``eps`` against the population κ, one panel per context size,
     one line per method (measured solid, theory dashed; the cap dotted)."""
     sizes = sorted({r["n_ctx"] for r in rows})
-    fig, axes = plt.subplots(1, len(sizes), figsize=(4.4 * len(sizes), 3.8), squeeze=False)
+    fig, axes = new_figure(
+        1, len(sizes), figsize=(4.4 * len(sizes), 3.8), layout="tight", squeeze=False
+    )
     for ax, n in zip(axes[0], sizes, strict=True):
         cell = [r for r in rows if r["n_ctx"] == n and r["eps"] == eps]
         for method in dict.fromkeys(r["method"] for r in cell):
@@ -37,7 +40,6 @@ def atlas_figure(rows: list[dict[str, Any]], eps: float) -> Figure:
         ax.set_title(f"N = {n}, ε = {eps:g} (dashed: theory, dotted: cap)", fontsize=9)
     axes[0][0].set_ylabel("layers to reach ε of OLS")
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
     return fig
 
 
@@ -45,7 +47,9 @@ def trained_figure(rows: list[dict[str, Any]]) -> Figure:
     """Loss against depth of every trained stack (markers, one line per stack) beside each
     method's loss against its iterations (lines), one panel per (κ, N)."""
     cells = list(dict.fromkeys((r["kappa"], r["n_ctx"]) for r in rows if r["kind"] == "iterate"))
-    fig, axes = plt.subplots(1, len(cells), figsize=(4.4 * len(cells), 3.8), squeeze=False)
+    fig, axes = new_figure(
+        1, len(cells), figsize=(4.4 * len(cells), 3.8), layout="tight", squeeze=False
+    )
     for ax, (kappa, n) in zip(axes[0], cells, strict=True):
         its = [r for r in rows if r["kind"] == "iterate" and (r["kappa"], r["n_ctx"]) == (kappa, n)]
         for method in dict.fromkeys(r["method"] for r in its):
@@ -67,14 +71,13 @@ def trained_figure(rows: list[dict[str, Any]]) -> Figure:
         ax.set_title(f"κ = {kappa:g}, N = {n}", fontsize=9)
     axes[0][0].set_ylabel("0.5 × MSE (query)")
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
     return fig
 
 
 def noise_figure(curve: list[dict[str, Any]], mixed: list[dict[str, Any]]) -> Figure:
     """Left: error against context size (measured markers, closed forms / Monte Carlo
     dashed). Right: the mixed-noise stack against ridge per σ bin."""
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax, bx) = new_figure(1, 2, figsize=(11, 4), layout="tight")
     labels = {
         "trained": "trained stack",
         "ols": "OLS / min-norm",
@@ -114,5 +117,4 @@ def noise_figure(curve: list[dict[str, Any]], mixed: list[dict[str, Any]]) -> Fi
     bx.set_ylabel("E(ŷ − y)² / d")
     bx.set_title(f"mixed noise, N = {mixed[0]['n_ctx']}", fontsize=9)
     bx.legend(fontsize=7)
-    fig.tight_layout()
     return fig
