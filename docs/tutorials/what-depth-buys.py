@@ -66,12 +66,11 @@ t_start = time.perf_counter()
 grid = AtlasGrid(d=8, kappas=(1.0, 10.0, 1e2, 1e3, 1e4), n_ctx=(32,), eps=(1e-6,), cap=300)
 atlas = depth_atlas(grid)
 methods = ["gd", "gd++", "preconditioned", "newton"]
-print(f"{'method':15}" + "".join(f"κ = {k:<8g}" for k in grid.kappas))
+print(f"{'κ':15}" + "".join(f"{k:>13g}" for k in grid.kappas))
 for m in methods:
     mine = [r for r in atlas if r["method"] == m]
-    got = "".join(f"{r['layers_needed']!s:>4} ({r['theory_layers']:>6}) " for r in mine)
-    print(f"{m:15}{got}")
-print("measured (theory); None: not within ε after 300 layers")
+    print(f"{m:15}" + "".join(f"{r['layers_needed']!s:>6} ({r['theory_layers']:>4})" for r in mine))
+print("layers measured (theory); None: not within ε after 300 layers")
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -225,12 +224,10 @@ curve = curve_rows(ncfg, Progress.quiet())
 by = {(r["estimator"], r["n_ctx"]): r for r in curve}
 head = ("k", "trained", "Bayes", "OLS", "OLS theory", "σ=0 min-norm", "(d−k)/d")
 print(" ".join(f"{h:>12}" for h in head))
+cols = [("trained", "error"), ("bayes_ridge", "error"), ("ols", "error"), ("ols", "theory")]
+cols += [("ols_noiseless", "error"), ("ols_noiseless", "theory")]
 for k in ncfg.noise_n_ctx:
-    print(
-        f"{k:>3} {by[('trained', k)]['error']:9.4f} {by[('bayes_ridge', k)]['error']:9.4f} "
-        f"{by[('ols', k)]['error']:9.4f} {by[('ols', k)]['theory']:11.4f} "
-        f"{by[('ols_noiseless', k)]['error']:13.4f} {by[('ols_noiseless', k)]['theory']:8.3f}"
-    )
+    print(f"{k:>12}" + "".join(f" {by[(name, k)][key]:12.4f}" for name, key in cols))
 for k in ncfg.noise_n_ctx:
     bayes, ols, tr = by[("bayes_ridge", k)], by[("ols", k)], by[("trained", k)]
     assert bayes["error"] <= ols["error"] + 3 * ols["stderr"], k  # the posterior mean wins
