@@ -10,7 +10,8 @@ prediction at a query is ``f(x*) = Σ_i k(x*, x_i) α*_i`` — scikit-learn's
 **The iteration** (Yan, Li, Kulick & Tang 2026, "Transformers Can Implement Preconditioned
 Richardson Iteration for In-Context Gaussian Kernel Regression", arXiv 2605.08475: softmax
 attention supplies the row-normalised kernel, token-wise blocks the scalar arithmetic). With the
-degrees ``D = diag(K 1)`` and the preconditioner ``P = (D + λI)⁻¹``, from ``α_0 = 0``:
+degrees ``D = diag(K 1)`` and the preconditioner ``P = (D + λI)⁻¹`` — this construction's choice:
+the one a softmax with a sink of weight λ gives exactly (below) — from ``α_0 = 0``:
 
 ``α_{t+1} = α_t + ω P (Y − (K + λI) α_t)``.
 
