@@ -683,9 +683,16 @@ def integer_data() -> dict[str, tuple[Any, Any, Any]]:
     return {
         "int64 numpy": tuple(signed),
         "int32 torch": tuple(torch.from_numpy(a.astype(np.int32)) for a in signed),
-        "uint8 numpy": tuple(a.astype(np.uint8) for a in unsigned),
-        "uint64 numpy": tuple(a.astype(np.uint64) for a in unsigned),
-        "uint8 torch": tuple(torch.from_numpy(a.astype(np.uint8)) for a in unsigned),
+        **{
+            f"{kind} numpy": tuple(a.astype(kind) for a in unsigned)
+            for kind in ("uint8", "uint16", "uint32", "uint64")
+        },
+        **{  # torch has no min/max kernels for uint16/32/64: read like numpy's unsigned
+            f"{kind} torch": tuple(
+                torch.from_numpy(a.astype(np.int64)).to(getattr(torch, kind)) for a in unsigned
+            )
+            for kind in ("uint8", "uint16", "uint32", "uint64")
+        },
         "bool numpy": tuple(flags),
         "bool torch": tuple(torch.from_numpy(a) for a in flags),
     }
@@ -709,6 +716,8 @@ def test_inexact_integers_and_half_floats_are_refused(entry: Entry) -> None:
         p.predict(big, y, q)
     with pytest.raises(ValueError, match="2\\*\\*53"):
         p.predict(x, y, np.full((B, M, D), 2**60, dtype=np.uint64))
+    with pytest.raises(ValueError, match="x_query: integer values of magnitude >= 2\\*\\*53"):
+        p.predict(x, y, torch.full((B, M, D), 2**60, dtype=torch.uint64))
     with pytest.raises(ValueError, match="float16"):
         p.predict(x.astype(np.float16), y, q)
     with pytest.raises(ValueError, match="bfloat16"):

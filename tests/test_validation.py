@@ -69,6 +69,39 @@ def test_integers_are_promoted_to_float64_exactly():
         as_tensor("x", np.array([2**60, 1]))
 
 
+UNSIGNED = ["uint8", "uint16", "uint32", "uint64"]
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+@pytest.mark.parametrize("kind", UNSIGNED)
+def test_unsigned_patterns_are_read_as_float64(kind, library):
+    # every unsigned width (torch has no min/max kernels past uint8) is promoted exactly; one
+    # modern Hopfield step is Xᵀ softmax(X q), computed here with scipy
+    from scipy.special import softmax
+
+    from attnreg.memory import ModernHopfield
+
+    rng = np.random.default_rng(5)
+    x, q = rng.integers(0, 4, size=(6, 3)), rng.integers(0, 4, size=(2, 3))
+    cast = (
+        (lambda a: a.astype(kind))
+        if library == "numpy"
+        else (lambda a: torch.from_numpy(a).to(getattr(torch, kind)))
+    )
+    t = as_tensor("x", cast(x))
+    assert t.dtype == torch.float64
+    np.testing.assert_array_equal(t.numpy(), x.astype(np.float64))
+    got = ModernHopfield().store(cast(x)).retrieve(cast(q)).numpy()
+    expected = softmax(q @ x.T.astype(float), axis=1) @ x
+    magnitude = (1 + np.abs(q @ x.T).max()) * np.abs(x).max()  # u·|score| per weight
+    np.testing.assert_allclose(got, expected, rtol=0, atol=64 * 2.0**-53 * magnitude)
+    big = np.array([[2**60, 1]], dtype=np.uint64)
+    with pytest.raises(ValueError, match="patterns: integer values of magnitude >= 2\\*\\*53"):
+        ModernHopfield().store(
+            big if library == "numpy" else torch.from_numpy(big.astype(np.int64)).to(torch.uint64)
+        )
+
+
 @pytest.mark.parametrize("dtype", [np.float16])
 def test_float16_numpy_refused(dtype):
     x, y, q = _tasks()

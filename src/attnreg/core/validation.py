@@ -5,9 +5,10 @@ The rules:
 * NaN or Inf anywhere -> ``ValueError`` naming the argument and the first bad index.
 * Shapes that do not agree -> ``ValueError`` stating both shapes.
 * Empty context (N = 0) or d = 0 -> ``ValueError``.
-* Integer and boolean inputs are promoted to float64 explicitly (exact below 2**53, checked);
-  float16 / bfloat16 / complex inputs are refused: attnreg never computes silently in a
-  precision that cannot hold the identities it checks.
+* Integer and boolean inputs are promoted to float64 explicitly (exact below 2**53, checked:
+  a magnitude of 2**53 or more is refused, whatever the integer type — numpy or torch, signed
+  or unsigned, uint8 to uint64); float16 / bfloat16 / complex inputs are refused: attnreg
+  never computes silently in a precision that cannot hold the identities it checks.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from attnreg.core.scaling import unit_scale
 
 _EXACT_INT_LIMIT = 2**53
 _REFUSED = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+# torch has few kernels for unsigned tensors (no min/max for uint16/32/64): they are read
+# through numpy, as numpy's unsigned arrays are
+_UNSIGNED = (torch.uint8, torch.uint16, torch.uint32, torch.uint64)
 
 ArrayLike = Any  # numpy arrays, torch tensors, nested lists
 
@@ -39,8 +43,13 @@ def as_tensor(
     """Convert ``value`` to a finite floating tensor, or raise a ``ValueError`` naming ``name``.
 
     Integers/booleans become float64 (refused if any magnitude reaches 2**53, where float64 is
-    no longer exact); float16/bfloat16/complex are refused. ``dtype`` casts afterwards.
+    no longer exact); float16/bfloat16/complex are refused. ``dtype`` casts afterwards. Unsigned
+    torch tensors (uint8 … uint64) are read as numpy's unsigned arrays are, and stay on their
+    device.
     """
+    if isinstance(value, torch.Tensor) and value.dtype in _UNSIGNED:
+        device = value.device if device is None else device
+        value = value.cpu().numpy()
     if isinstance(value, torch.Tensor):
         tensor = value
     else:
