@@ -68,7 +68,7 @@ class OLS:
 
     def __post_init__(self) -> None:
         if self.rtol is not None:
-            check_nonnegative("rtol", self.rtol)
+            self.rtol = check_nonnegative("rtol", self.rtol)
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """OLS predictions for the queries, fitted on each task's context."""
@@ -100,7 +100,7 @@ class Ridge:
     covariance: str = "gram"
 
     def __post_init__(self) -> None:
-        check_positive("lam", self.lam)
+        self.lam = check_positive("lam", self.lam)
         check_choice("covariance", self.covariance, ("gram", "mean"))
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
@@ -160,7 +160,7 @@ class GD:
     w0: ArrayLike | None = None
 
     def __post_init__(self) -> None:
-        check_positive_int("steps", self.steps)
+        self.steps = check_positive_int("steps", self.steps)
         for e in per_step("eta", self.eta, self.steps):
             check_positive("eta", e)
 
@@ -188,7 +188,7 @@ class PreconditionedGD:
     w0: ArrayLike | None = None
 
     def __post_init__(self) -> None:
-        check_positive_int("steps", self.steps)
+        self.steps = check_positive_int("steps", self.steps)
         for e in per_step("eta", self.eta, self.steps):
             check_positive("eta", e)
 
@@ -230,7 +230,7 @@ class GDPlusPlus:
     w0: ArrayLike | None = None
 
     def __post_init__(self) -> None:
-        check_positive_int("steps", self.steps)
+        self.steps = check_positive_int("steps", self.steps)
         for e in per_step("eta", self.eta, self.steps):
             check_positive("eta", e)
         for g in per_step("gamma", self.gamma, self.steps):
@@ -271,7 +271,7 @@ class KernelSmoother:
 
     def __post_init__(self) -> None:
         check_choice("similarity", self.similarity, SIMILARITIES)
-        check_positive("beta", self.beta)
+        self.beta = check_positive("beta", self.beta)
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """Softmax-weighted average of the context targets."""
@@ -306,7 +306,7 @@ class Mesa:
     lam: float = 1.0
 
     def __post_init__(self) -> None:
-        check_positive("lam", self.lam)
+        self.lam = check_positive("lam", self.lam)
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """Queries predicted with the ridge solution on the full context."""

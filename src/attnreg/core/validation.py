@@ -14,6 +14,7 @@ The rules:
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -119,27 +120,62 @@ def check_finite(name: str, tensor: torch.Tensor) -> None:
             raise ValueError(f"{name}: contains {kind} at index {index}")
 
 
+def _real(name: str, value: object, requirement: str) -> float:
+    """``value`` as a float if it is a real number: a Python or numpy number, or a one-element
+    real tensor / array. A bool or a string is not a number here: ``ValueError`` naming
+    ``name`` (``float("1")`` and ``float(True)`` would otherwise pass silently)."""
+    if isinstance(value, torch.Tensor):
+        number = value.numel() == 1 and value.dtype != torch.bool and not value.is_complex()
+    elif isinstance(value, np.ndarray):
+        number = value.size == 1 and value.dtype.kind in "iuf"
+    else:
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+    if not number:
+        raise ValueError(
+            f"{name}: must be {requirement}, got {value!r} ({type(value).__name__}; booleans "
+            "and strings are not numbers here)"
+        )
+    scalar = value.item() if isinstance(value, torch.Tensor | np.ndarray) else value
+    try:
+        return float(scalar)  # type: ignore[arg-type]
+    except OverflowError:  # an integer past the float range
+        return math.inf
+
+
+def _zero_dim(value: object) -> bool:
+    return isinstance(value, torch.Tensor | np.ndarray) and value.ndim == 0
+
+
 def check_positive(name: str, value: float) -> float:
-    """Require a finite ``value > 0``."""
-    value = float(value)
-    if not np.isfinite(value) or value <= 0:
+    """Require a finite real ``value > 0`` (not a bool, not a string)."""
+    value = _real(name, value, "a finite number > 0")
+    if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name}: must be a finite number > 0, got {value}")
     return value
 
 
 def check_nonnegative(name: str, value: float) -> float:
-    """Require a finite ``value >= 0``."""
-    value = float(value)
-    if not np.isfinite(value) or value < 0:
+    """Require a finite real ``value >= 0`` (not a bool, not a string)."""
+    value = _real(name, value, "a finite number >= 0")
+    if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name}: must be a finite number >= 0, got {value}")
     return value
 
 
 def check_positive_int(name: str, value: int) -> int:
-    """Require an integer ``value >= 1``."""
-    if isinstance(value, bool) or int(value) != value or int(value) < 1:
+    """Require an integer ``value >= 1`` (an integral float such as ``2.0`` is accepted; a bool
+    or a string is not)."""
+    number = _real(name, value, "an integer >= 1")
+    if not math.isfinite(number) or int(value) != value or int(value) < 1:
         raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
     return int(value)
+
+
+def check_flag(name: str, value: bool) -> bool:
+    """Require a bool (``True``/``False``, or numpy's): ``"no"`` or ``0`` is not a flag."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name}: must be True or False, got {value!r} ({type(value).__name__})")
+    return bool(value)
 
 
 SEED_LIMIT = 2**63
@@ -288,9 +324,13 @@ def check_underflow(
 
 
 def per_step(name: str, value: float | Sequence[float], steps: int) -> list[float]:
-    """One value per step: a scalar is repeated ``steps`` times; a sequence has that length."""
-    check_positive_int("steps", steps)
-    values = [float(value)] * steps if isinstance(value, int | float) else list(value)
+    """One value per step: a scalar is repeated ``steps`` times; a sequence has that length.
+    Every value is a real number (not a bool, not a string: ``ValueError`` naming ``name``)."""
+    steps = check_positive_int("steps", steps)
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable) or _zero_dim(value):
+        values = [_real(name, value, "a number or one number per step")] * steps
+    else:
+        values = [_real(name, v, "a number or one number per step") for v in value]
     if len(values) != steps:
         raise ValueError(f"{name}: expected {steps} values (one per step), got {len(values)}")
     return values

@@ -14,7 +14,12 @@ import torch
 
 from attnreg.core.attention import DEFAULT_MEMORY_BUDGET, associate
 from attnreg.core.scaling import power_of_two_scale
-from attnreg.core.validation import check_choice, check_nonnegative, check_positive_int
+from attnreg.core.validation import (
+    check_choice,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+)
 from attnreg.core.whitening import whitening_matrix
 from attnreg.memory.base import (
     check_patterns,
@@ -57,10 +62,16 @@ class PseudoInverseMemory:
     def __init__(self, ridge: float = 0.0, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
         self.ridge = ridge
         self.memory_budget = memory_budget
+        self._check_settings()
+
+    def _check_settings(self) -> None:
+        """Validate the settings (at construction, and again at ``store``: they are attributes)."""
+        check_nonnegative("ridge", self.ridge)
+        check_positive("memory_budget", self.memory_budget)
 
     def store(self, keys: Any, values: Any = None) -> PseudoInverseMemory:
         """Store ``keys (N, d)`` → ``values (N, dv)`` (``values=None``: auto-association)."""
-        check_nonnegative("ridge", self.ridge)
+        self._check_settings()
         k = check_patterns("keys", keys)
         v = k if values is None else check_patterns("values", values).to(k.dtype)
         if v.shape[0] != k.shape[0]:
@@ -128,11 +139,17 @@ class HebbianMemory:
         self.dynamics = dynamics
         self.max_steps = max_steps
         self.memory_budget = memory_budget
+        self._check_settings()
+
+    def _check_settings(self) -> None:
+        """Validate the settings (at construction, and again at ``store``: they are attributes)."""
+        check_choice("dynamics", self.dynamics, DYNAMICS)
+        check_positive_int("max_steps", self.max_steps)
+        check_positive("memory_budget", self.memory_budget)
 
     def store(self, patterns: Any) -> HebbianMemory:
         """Store ±1 patterns ``(N, d)``."""
-        check_choice("dynamics", self.dynamics, DYNAMICS)
-        check_positive_int("max_steps", self.max_steps)
+        self._check_settings()
         self.patterns_ = check_patterns("patterns", patterns, binary=True)
         return self
 
@@ -228,14 +245,22 @@ class DenseAssociativeMemory:
         self.dynamics = dynamics
         self.max_steps = max_steps
         self.memory_budget = memory_budget
+        self._check_settings()
 
-    def store(self, patterns: Any) -> DenseAssociativeMemory:
-        """Store ±1 patterns ``(N, d)``."""
+    def _check_settings(self) -> int:
+        """Validate the settings (at construction, and again at ``store``: they are
+        attributes); returns the power ``n``."""
         n = check_positive_int("power", self.power)
         if n < 2:
             raise ValueError(f"power: must be an integer >= 2, got {self.power!r}")
         check_choice("dynamics", self.dynamics, DYNAMICS)
         check_positive_int("max_steps", self.max_steps)
+        check_positive("memory_budget", self.memory_budget)
+        return n
+
+    def store(self, patterns: Any) -> DenseAssociativeMemory:
+        """Store ±1 patterns ``(N, d)``."""
+        n = self._check_settings()
         self.patterns_ = check_patterns("patterns", patterns, binary=True)
         self._a, self._b = krotov_hopfield_coefficients(n)
         return self

@@ -13,7 +13,13 @@ from typing import Any
 import torch
 
 from attnreg.core.attention import DEFAULT_MEMORY_BUDGET, SEPARATIONS, associate, chunk_sizes
-from attnreg.core.validation import check_choice, check_positive, check_positive_int
+from attnreg.core.validation import (
+    check_choice,
+    check_flag,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+)
 from attnreg.core.whitening import whitening_matrix
 from attnreg.memory.base import check_patterns, check_states, polynomial_associate
 
@@ -45,11 +51,18 @@ class ModernHopfield:
         self.max_steps = max_steps
         self.tol = tol
         self.memory_budget = memory_budget
+        self._check_settings()
+
+    def _check_settings(self) -> None:
+        """Validate the settings (at construction, and again at ``store``: they are attributes)."""
+        check_positive("beta", self.beta)
+        check_positive_int("max_steps", self.max_steps)
+        check_nonnegative("tol", self.tol)
+        check_positive("memory_budget", self.memory_budget)
 
     def store(self, patterns: Any, values: Any = None) -> ModernHopfield:
         """Store patterns ``X (N, d)`` (and optional values ``(N, dv)``)."""
-        check_positive("beta", self.beta)
-        check_positive_int("max_steps", self.max_steps)
+        self._check_settings()
         self.patterns_ = check_patterns("patterns", patterns)
         self.values_ = None
         if values is not None:
@@ -149,13 +162,20 @@ class UniversalHopfieldMemory:
         self.power = power
         self.normalize = normalize
         self.memory_budget = memory_budget
+        self._check_settings()
 
-    def store(self, keys: Any, values: Any = None) -> UniversalHopfieldMemory:
-        """Store keys ``(N, d)`` and values (default: the keys themselves)."""
+    def _check_settings(self) -> None:
+        """Validate the settings (at construction, and again at ``store``: they are attributes)."""
         check_choice("similarity", self.similarity, GRID_SIMILARITIES)
         check_choice("separation", self.separation, SEPARATIONS)
         check_positive("beta", self.beta)
         check_positive_int("power", self.power)
+        check_flag("normalize", self.normalize)
+        check_positive("memory_budget", self.memory_budget)
+
+    def store(self, keys: Any, values: Any = None) -> UniversalHopfieldMemory:
+        """Store keys ``(N, d)`` and values (default: the keys themselves)."""
+        self._check_settings()
         k = check_patterns("keys", keys)
         v = k if values is None else check_patterns("values", values).to(k.dtype)
         if v.shape[0] != k.shape[0]:
