@@ -243,30 +243,28 @@ def _cholesky(x: torch.Tensor, lam: torch.Tensor, c: float) -> Whitening:
     return Whitening(matrix, None, None, rank, c, lam, cholesky_condition(s, matrix))
 
 
-POWER_STEPS = 8
+POWER_STEPS = 2
 
 
 def cholesky_condition(s: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
-    """``κ(S) = λ_max(S) · λ_max(S⁻¹)`` per task (``(B,)``), estimated without an
-    eigendecomposition: ``POWER_STEPS`` power iterations on ``S`` and on ``S⁻¹ = L Lᵀ``
-    (``matrix`` is ``L``), each started from the column of largest diagonal entry.
+    """``κ(S) = λ_max(S) · λ_max(S⁻¹)`` per task (``(B,)``), estimated in ``O(d²)`` without an
+    eigendecomposition (``matrix`` is ``L``, ``S⁻¹ = L Lᵀ``).
 
-    Each factor is a Rayleigh quotient, a lower bound of its eigenvalue that does not decrease
-    with the steps (for a positive semi-definite matrix), so the estimate is at most ``κ``; it
-    is within a few percent of it unless the top eigenvalues are nearly tied, in which case the
-    quotient is nearly the top one anyway. Cost ``O(POWER_STEPS · d²)`` per task, next to the
-    factorisation's ``O(d³)``."""
-
-    def top(apply: Callable[[torch.Tensor], torch.Tensor], diag: torch.Tensor) -> torch.Tensor:
-        start = diag.argmax(-1)
-        v = torch.nn.functional.one_hot(start, diag.shape[-1]).to(s.dtype).unsqueeze(-1)
-        for _ in range(POWER_STEPS):
-            w = apply(v)
-            v = w / torch.linalg.vector_norm(w, dim=-2, keepdim=True).clamp_min(
-                torch.finfo(s.dtype).tiny
-            )
-        return (v * apply(v)).sum((-2, -1))
-
-    big = top(lambda v: s @ v, s.diagonal(dim1=-2, dim2=-1))
-    small_inv = top(lambda v: matrix @ (matrix.mT @ v), matrix.square().sum(-1))
-    return big * small_inv
+    Both factors are Rayleigh quotients of power iterations started at a coordinate vector
+    ``e_j``: for ``S``, one step from every ``j`` (``max_j ‖S e_j‖² / S_jj``, a column-norm
+    computation); for ``S⁻¹``, ``POWER_STEPS`` steps from the ``j`` of its largest diagonal
+    entry. A Rayleigh quotient is a lower bound of the top eigenvalue that does not decrease
+    along the iteration of a positive semi-definite matrix, so the estimate is at most ``κ``;
+    on Gaussian designs and on graded spectra up to ``κ = 1e11`` (d = 5 to 60) it was at least
+    ``0.42 κ`` (median ``0.6 κ`` to ``κ``, nearest ``κ`` for the ill-conditioned ones)."""
+    diag = s.diagonal(dim1=-2, dim2=-1)
+    big = (s.square().sum(-2) / diag.clamp_min(torch.finfo(s.dtype).tiny)).amax(-1)
+    rows = matrix.square().sum(-1)  # the diagonal of S⁻¹ = L Lᵀ
+    start = rows.argmax(-1).view(-1, 1, 1).expand(-1, 1, matrix.shape[-1])
+    w = matrix.gather(-2, start).squeeze(-2)  # Lᵀ e_j; λ_max(L Lᵀ) = λ_max(Lᵀ L)
+    for _ in range(POWER_STEPS):  # w ← Lᵀ L w / ‖·‖, as two elementwise products
+        w = (matrix * (matrix * w.unsqueeze(-2)).sum(-1).unsqueeze(-1)).sum(-2)
+        w = w / torch.linalg.vector_norm(w, dim=-1, keepdim=True).clamp_min(
+            torch.finfo(s.dtype).tiny
+        )
+    return big * (matrix * w.unsqueeze(-2)).sum(-1).square().sum(-1)  # ‖L w‖², ‖w‖ = 1
