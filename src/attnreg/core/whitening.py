@@ -26,7 +26,6 @@ Sources: Goulet Coulombe, "OLS as an Attention Mechanism" (arXiv 2504.09663); Ta
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
