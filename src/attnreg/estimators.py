@@ -94,6 +94,12 @@ class Ridge:
 
     ``covariance="mean"`` uses ``XᵀX/N + λI`` (λ per sample; equals gram ridge with ``Nλ``).
     Hoerl & Kennard (1970); scikit-learn ``Ridge(alpha=λ, fit_intercept=False)``.
+
+    Scale: ridge is not scale-equivariant with a fixed λ (``ŷ(aX, bY, aX*; λ) = b ŷ(X, Y, X*;
+    λ/a²)``). ``predict`` returns the answer of the given problem at any magnitude (1e±300
+    included), computed by exact power-of-two rescaling; where that answer is outside the float
+    range it raises a ``ValueError`` (never zeros or NaN). To keep the answer at the data's
+    scale, scale λ with the square of the inputs' scale.
     """
 
     lam: float = 1e-3
@@ -104,20 +110,23 @@ class Ridge:
         check_choice("covariance", self.covariance, ("gram", "mean"))
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
-        """Ridge predictions for the queries. Each task is rescaled by powers of two when its
-        magnitude would over- or underflow ``XᵀX`` (ridge on ``X/s`` is ridge with ``λ/s²``)."""
+        """Ridge predictions for the queries: the ridge solution of the given problem (the
+        given λ, whatever the data's scale). Each task is rescaled by powers of two when its
+        magnitude would over- or underflow ``XᵀX`` (ridge on ``X/s`` is ridge with ``λ/s²``,
+        :mod:`attnreg.core.scaling`); an answer outside the float range (e.g. ``x* XᵀY / λ``
+        for a design of magnitude 1e-300) is a ``ValueError``, never zeros."""
         xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
         n, d = xc.shape[1], xc.shape[2]
         xc, yc, rescaling = rescale_tasks(xc, yc, self.lam * covariance_scale(n, self.covariance))
-        xq = rescaling.queries(xq)
         lam_t = torch.as_tensor(rescaling.ridge, dtype=xc.dtype).reshape(-1, 1, 1)
         if n < d:
             gram = xc @ xc.mT + lam_t * torch.eye(n, dtype=xc.dtype, device=xc.device)
-            out = xq @ (xc.mT @ torch.linalg.solve(gram, yc))
+            coef = xc.mT @ torch.linalg.solve(gram, yc)
         else:
             s = xc.mT @ xc + lam_t * torch.eye(d, dtype=xc.dtype, device=xc.device)
-            out = xq @ torch.linalg.solve(s, xc.mT @ yc)
-        return check_finite_result(rescaling.outputs(out)).reshape(shape)
+            coef = torch.linalg.solve(s, xc.mT @ yc)
+        out = rescaling.answer(xq, lambda q: q @ coef)
+        return check_finite_result(out).reshape(shape)
 
 
 def gd_weights(
@@ -299,8 +308,9 @@ def causal_ridge(
 @dataclass
 class Mesa:
     """The mesa layer's estimator (von Oswald et al. 2023, arXiv 2309.05858): causal ridge
-    regression. ``predict`` fits ``W_N`` on the whole context (= ridge with λ);
-    :meth:`causal` returns ``W_t q_t`` at every prefix t.
+    regression. ``predict`` fits ``W_N`` on the whole context (= ridge with λ, with
+    :class:`Ridge`'s contract at extreme magnitudes); :meth:`causal` returns ``W_t q_t`` at
+    every prefix t.
     """
 
     lam: float = 1.0

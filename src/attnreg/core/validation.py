@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnreg.core.scaling import unit_scale
+from attnreg.core.scaling import underflow_error, underflowed, unit_scale
 
 _EXACT_INT_LIMIT = 2**53
 _REFUSED = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -303,23 +303,15 @@ def check_underflow(
     if out.numel() == 0:
         return out
     tiny = torch.finfo(out.dtype).tiny
-    lost = (out.detach().abs() < tiny).flatten(1).all(dim=1)
-    if not bool(lost.any()):
+    if not bool((out.detach().abs() < tiny).flatten(1).all(dim=1).any()):
         return out
     with torch.no_grad():
         unit = compute(
             x_ctx / unit_scale(x_ctx), y_ctx / unit_scale(y_ctx), x_query / unit_scale(x_query)
         )
-    nonzero = (unit.detach().abs() >= torch.finfo(unit.dtype).tiny).flatten(1).any(dim=1)
-    bad = lost & nonzero
+    bad = underflowed(out, unit)
     if bool(bad.any()):
-        task = int(bad.nonzero()[0, 0])
-        raise ValueError(
-            f"{name}: the result underflowed for task {task} (every entry is zero or subnormal, "
-            "although the answer on the same inputs rescaled to unit magnitude is not zero): "
-            f"the inputs are too small for this computation in "
-            f"{str(out.dtype).removeprefix('torch.')}; rescale the inputs"
-        )
+        raise underflow_error(name, int(bad.nonzero()[0, 0]), out.dtype)
     return out
 
 
