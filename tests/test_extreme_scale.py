@@ -125,3 +125,166 @@ def test_a_zero_answer_stays_zero_at_extreme_scale() -> None:
     x, _, q = _data(np.float64, (1e-300, 1.0, 1e-300))
     out = attnreg.Ridge(1e-3).predict(x, np.zeros((N, 1)), q)
     assert np.all(out.numpy() == 0)
+
+
+# ------------------------------------------------------------------------ softmax memories
+SIMILARITIES = ("dot", "euclidean", "manhattan", "whitened_dot")
+K_N, K_D = 6, 3
+
+
+def _mp_scores(sim: str, q: list, k: list, beta: float) -> list[list[mp.mpf]]:
+    """``β · sim(q, k)`` in 40 digits (``q``, ``k`` lists of rows of mpf)."""
+    if sim == "whitened_dot":
+        km = mp.matrix(k)
+        metric = mp.inverse(km.T * km)
+    out = []
+    for qi in q:
+        if sim == "dot":
+            s = [mp.fsum(a * b for a, b in zip(qi, kj, strict=True)) for kj in k]
+        elif sim == "euclidean":
+            s = [-mp.sqrt(mp.fsum((a - b) ** 2 for a, b in zip(qi, kj, strict=True))) for kj in k]
+        elif sim == "manhattan":
+            s = [-mp.fsum(abs(a - b) for a, b in zip(qi, kj, strict=True)) for kj in k]
+        else:
+            qm = mp.matrix([qi]) * metric
+            s = [mp.fsum(qm[0, t] * kj[t] for t in range(K_D)) for kj in k]
+        out.append([beta * x for x in s])
+    return out
+
+
+def _score_errors(sim: str, q: list, k: list, scores: list, beta: float) -> list[list[mp.mpf]]:
+    """``a_ij`` with ``|computed score − exact score| ≤ u·a_ij`` to first order: ``β·d·Σ|q||k|``
+    for the dot product (sums of d products), ``d·|score|`` for the rest."""
+    if sim != "dot":
+        return [[abs(x) * K_D for x in row] for row in scores]
+    return [
+        [beta * K_D * mp.fsum(abs(x) * abs(y) for x, y in zip(qi, kj, strict=True)) for kj in k]
+        for qi in q
+    ]
+
+
+def _softmax_reference(
+    scores: list[mp.mpf], errors: list[mp.mpf], values: list
+) -> tuple[list[mp.mpf], mp.mpf]:
+    """The exact ``Σ_j softmax(s)_j v_j`` and the magnitude ``T`` of its first-order error
+    bound ``u·T``: score errors ``u·a_j`` move the weights by ``Σ_{i≠j} w_i w_j (a_i + a_j)``
+    (``δw_i = w_i (δs_i − Σ_j w_j δs_j)``), and the weighted sum of N values adds ``N``, all
+    times ``max |v|``."""
+    m = max(scores)
+    w = [mp.exp(x - m) for x in scores]
+    total = mp.fsum(w)
+    w = [x / total for x in w]
+    n, width = len(values), len(values[0])
+    exact = [mp.fsum(w[j] * values[j][t] for j in range(n)) for t in range(width)]
+    spread = mp.fsum(
+        w[i] * w[j] * (errors[i] + errors[j]) for i in range(n) for j in range(n) if i != j
+    )
+    vmax = max(abs(x) for row in values for x in row)
+    return exact, (n + spread) * vmax
+
+
+def _softmax_case(
+    sim: str, separation: str, scales: tuple[float, float], dtype: type, beta: float = 1.0
+) -> None:
+    from attnreg.memory import UniversalHopfieldMemory
+
+    rng = np.random.default_rng(8)
+    keys = (rng.normal(size=(K_N, K_D)) * scales[0]).astype(dtype)
+    queries = (rng.normal(size=(2, K_D)) * scales[1]).astype(dtype)
+    info = np.finfo(dtype)
+    k = [[mp.mpf(float(a)) for a in row] for row in keys]
+    q = [[mp.mpf(float(a)) for a in row] for row in queries]
+    scores = _mp_scores(sim, q, k, beta)
+    top_score = max(abs(x) for row in scores for x in row)
+    memory = UniversalHopfieldMemory(sim, separation, beta=beta).store(torch.from_numpy(keys))
+    if separation == "softmax" and top_score >= mp.mpf(float(info.max)):
+        # the scores are not floating-point numbers (the arg-max needs only their order)
+        with pytest.raises(ValueError, match="overflow"):
+            memory.retrieve(torch.from_numpy(queries))
+        return
+    got = memory.retrieve(torch.from_numpy(queries)).numpy().astype(np.float64)
+    assert np.all(np.isfinite(got)), got
+    errors = _score_errors(sim, q, k, scores, beta)
+    for row, s, a in zip(got, scores, errors, strict=True):
+        if separation == "max":  # the exactly nearest pattern, its values unchanged
+            best = max(range(K_N), key=lambda i: s[i])
+            np.testing.assert_array_equal(row, keys[best].astype(np.float64))
+            continue
+        exact, magnitude = _softmax_reference(s, a, k)
+        err = max(abs(mp.mpf(float(g)) - e) for g, e in zip(row, exact, strict=True))
+        assert err <= C * info.eps / 2 * magnitude, (sim, scales, float(err), float(magnitude))
+
+
+EXTREME = [1e-300, 1e-200, 1e-150, 1e150, 1e200, 1e300]
+
+
+@pytest.mark.parametrize("separation", ["softmax", "max"])
+@pytest.mark.parametrize("sim", SIMILARITIES)
+@pytest.mark.parametrize("scale", EXTREME, ids=[f"{s:g}" for s in EXTREME])
+def test_softmax_memories_at_extreme_scale_float64(sim: str, separation: str, scale: float):
+    _softmax_case(sim, separation, (scale, scale), np.float64)
+
+
+@pytest.mark.parametrize("sim", SIMILARITIES)
+@pytest.mark.parametrize(
+    "scales", [(1e-300, 1.0), (1.0, 1e-300), (1e200, 1e-200), (1e-150, 1e150)], ids=str
+)
+def test_softmax_memories_with_keys_and_queries_at_opposite_extremes(sim, scales):
+    _softmax_case(sim, "softmax", scales, np.float64)
+
+
+@pytest.mark.parametrize("separation", ["softmax", "max"])
+@pytest.mark.parametrize("sim", SIMILARITIES)
+@pytest.mark.parametrize("scale", F32, ids=[f"{s:g}" for s in F32])
+def test_softmax_memories_at_extreme_scale_float32(sim: str, separation: str, scale: float):
+    _softmax_case(sim, separation, (scale, scale), np.float32)
+
+
+@pytest.mark.parametrize("scale", EXTREME, ids=[f"{s:g}" for s in EXTREME])
+def test_modern_hopfield_is_the_softmax_step_or_refuses(scale: float) -> None:
+    # one step Xᵀ softmax(β X ξ), exact scores in mpmath; the scores of patterns at 1e200 are
+    # about 1e400: no float64 softmax exists, so a ValueError naming queries and keys
+    from attnreg.memory import ModernHopfield
+
+    rng = np.random.default_rng(9)
+    x, q = rng.normal(size=(K_N, K_D)) * scale, rng.normal(size=(2, K_D)) * scale
+    hopfield = ModernHopfield(beta=0.5).store(torch.from_numpy(x))
+    scores = _mp_scores(
+        "dot", [[mp.mpf(a) for a in r] for r in q], [[mp.mpf(a) for a in r] for r in x], 0.5
+    )
+    if max(abs(v) for row in scores for v in row) >= mp.mpf(float(np.finfo(np.float64).max)):
+        with pytest.raises(ValueError, match="queries, keys: the softmax scores"):
+            hopfield.retrieve(torch.from_numpy(q))
+        return
+    got = hopfield.retrieve(torch.from_numpy(q)).numpy()
+    xs = [[mp.mpf(a) for a in r] for r in x]
+    errors = _score_errors("dot", [[mp.mpf(a) for a in r] for r in q], xs, scores, 0.5)
+    for row, s, a in zip(got, scores, errors, strict=True):
+        exact, magnitude = _softmax_reference(s, a, xs)
+        err = max(abs(mp.mpf(float(g)) - e) for g, e in zip(row, exact, strict=True))
+        assert err <= C * 2.0**-53 * magnitude, (scale, float(err), float(magnitude))
+
+
+@pytest.mark.parametrize("sim", SIMILARITIES)
+@pytest.mark.parametrize("separation", ["identity", "power"])
+@pytest.mark.parametrize("scale", EXTREME, ids=[f"{s:g}" for s in EXTREME])
+def test_every_grid_cell_answers_or_refuses_never_nan(sim, separation, scale):
+    # the other cells: a finite answer that is not zero everywhere (the patterns are not
+    # zero), or a ValueError; the normalised weights do not depend on the scale, so the
+    # answer is the one at unit scale times the scale
+    from attnreg.memory import UniversalHopfieldMemory
+
+    rng = np.random.default_rng(10)
+    keys, queries = rng.normal(size=(K_N, K_D)), rng.normal(size=(2, K_D))
+    memory = UniversalHopfieldMemory(sim, separation)
+    base = memory.store(torch.from_numpy(keys)).retrieve(torch.from_numpy(queries)).numpy()
+    try:
+        got = memory.store(torch.from_numpy(keys * scale)).retrieve(
+            torch.from_numpy(queries * scale)
+        )
+    except ValueError as exc:
+        assert "overflow" in str(exc) or "underflow" in str(exc), str(exc)
+        return
+    got = got.numpy()
+    assert np.all(np.isfinite(got)) and np.abs(got).max() > 0, got
+    np.testing.assert_allclose(got, base * scale, rtol=1e-9, atol=0)

@@ -174,14 +174,16 @@ def underflowed(out: torch.Tensor, scaled: torch.Tensor) -> torch.Tensor:
 
 def underflow_error(
     name: str,
-    task: int,
+    task: int | None,
     dtype: torch.dtype,
     cause: str = "the inputs are too small for this computation",
 ) -> ValueError:
-    """The error of an answer below the float range (:func:`underflowed`)."""
+    """The error of an answer below the float range (:func:`underflowed`); ``task`` is the
+    first such task of a batch (``None``: not batched)."""
     kind = str(dtype).removeprefix("torch.")
+    where = "" if task is None else f" for task {task}"
     return ValueError(
-        f"{name}: the result underflowed for task {task} (every entry is zero or subnormal, "
+        f"{name}: the result underflowed{where} (every entry is zero or subnormal, "
         "although the answer on the same inputs rescaled to unit magnitude is not zero): "
         f"{cause} in {kind}; rescale the inputs"
     )
