@@ -84,18 +84,57 @@ def _check(name: str, lam: float, x: np.ndarray, y: np.ndarray, q: np.ndarray) -
     got = got.detach().numpy().astype(np.float64).ravel()
     assert np.all(np.isfinite(got)), got
     err = max(abs(mp.mpf(float(g)) - e) for g, e in zip(got, exact, strict=True)) / top
-    # relative error bound of the normal equations (the tied layers add κ(X)), with the
-    # condition number of the unscaled design (ridge only lowers it)
-    unscaled = x.astype(np.float64) / np.abs(x).max()
-    kappa = np.linalg.cond(unscaled)
-    assert float(err) <= C * info.eps / 2 * (kappa**2 + kappa), (name, float(err), float(top))
+    unit = float(info.eps) / 2
+    assert float(err) <= C * unit * _magnitude(name, x, lam, unit), (name, float(err), float(top))
+
+
+def _magnitude(name: str, x: np.ndarray, lam: float, unit: float) -> float:
+    """``T`` of the relative error bound ``C·u·T``: the normal equations' ``κ(X)²`` (the tied
+    layers add ``κ(X)``), with the condition number of the unscaled design (ridge only lowers
+    it); the mesa layer's recursion adds ``‖X‖²/λ`` (scale-free), below ``1/√u`` where it runs
+    (past that the layer solves each prefix directly)."""
+    kappa = float(np.linalg.cond(x.astype(np.float64) / np.abs(x).max()))
+    magnitude = kappa**2 + kappa
+    if name == "MesaLayer":
+        recursion = float(mp.fsum(mp.mpf(float(v)) ** 2 for v in x.ravel()) / lam)
+        magnitude += recursion if recursion * unit**0.5 <= 1 else 0.0
+    return magnitude
 
 
 @pytest.mark.parametrize("name", RIDGE_FAMILY)
-@pytest.mark.parametrize("lam", [1e-3, 0.5])
+@pytest.mark.parametrize("lam", [1e-3, 0.5, 1e200])
 @pytest.mark.parametrize("scale", F64, ids=[f"{s:g}" for s in F64])
 def test_ridge_family_at_extreme_scale_float64(name: str, lam: float, scale: float) -> None:
     _check(name, lam, *_data(np.float64, (scale, scale, scale)))
+
+
+@pytest.mark.parametrize("name", RIDGE_FAMILY)
+@pytest.mark.parametrize("lam", [1e-3, 1e200])
+def test_ridge_family_with_ordinary_data(name: str, lam: float) -> None:
+    # λ = 1e200 on ordinary data: ŷ ≈ x* XᵀY / λ ≈ 1e-200, computed, not zero
+    _check(name, lam, *_data(np.float64, (1.0, 1.0, 1.0)))
+
+
+@pytest.mark.parametrize("name", RIDGE_FAMILY)
+@pytest.mark.parametrize("scale", [1e150, 1e300], ids=["1e150", "1e300"])
+def test_ridge_family_on_a_collinear_design_at_huge_scale(name: str, scale: float) -> None:
+    # λ/s² ≈ 1e-300 or 1e-600 next to XᵀX: the ridge answer is the minimum-norm least-squares
+    # one (numpy's pseudo-inverse) to that precision; a plain solve of XᵀX + λ/s² I would fail
+    x, y, q = _data(np.float64, (1.0, 1.0, 1.0))
+    x = np.c_[x, x[:, 0] - 2 * x[:, 1]]  # rank 3 of 4 columns
+    q = np.c_[q, q[:, 0]]
+    expected = q @ np.linalg.pinv(x) @ y
+    args = (torch.from_numpy(x * scale), torch.from_numpy(y * scale), torch.from_numpy(q * scale))
+    if name.endswith("cholesky"):  # documented: Cholesky refuses a rank-deficient design
+        with pytest.raises(ValueError, match="numerically singular for the Cholesky"):
+            _ridge_family(0.5)[name](*args)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = _ridge_family(0.5)[name](*args)
+    kappa = np.linalg.cond(x[:, :3])  # of the kept spectrum
+    bound = C * 2.0**-53 * (kappa**2 + kappa) * np.abs(expected).max()
+    np.testing.assert_allclose(got.numpy() / scale, expected, rtol=0, atol=bound)
 
 
 @pytest.mark.parametrize("name", RIDGE_FAMILY)
@@ -288,3 +327,23 @@ def test_every_grid_cell_answers_or_refuses_never_nan(sim, separation, scale):
     got = got.numpy()
     assert np.all(np.isfinite(got)) and np.abs(got).max() > 0, got
     np.testing.assert_allclose(got, base * scale, rtol=1e-9, atol=0)
+
+
+@pytest.mark.parametrize("name", [n for n in RIDGE_FAMILY if n != "PseudoInverseMemory"])
+def test_ridge_family_rescales_each_task_of_a_batch_on_its_own(name: str) -> None:
+    # one batch: a task at 1e200 (collinear-free), one at 1e-100 with Y ordinary, one ordinary
+    lam = 0.5
+    scales = [(1e200, 1e200, 1e200), (1e-100, 1.0, 1e100), (1.0, 1.0, 1.0)]
+    tasks = [_data(np.float64, sc) for sc in scales]
+    x, y, q = (np.stack([t[i] for t in tasks]) for i in range(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = _ridge_family(lam)[name](
+            torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(q)
+        )
+    for b, (xb, yb, qb) in enumerate(tasks):
+        exact = _mp_ridge(xb, yb, qb, lam)
+        top = max(abs(v) for v in exact)
+        err = max(abs(mp.mpf(float(g)) - e) for g, e in zip(got[b].ravel(), exact, strict=True))
+        bound = C * 2.0**-53 * _magnitude(name, xb, lam, 2.0**-53)
+        assert float(err / top) <= bound, (b, float(err / top))

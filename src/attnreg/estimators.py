@@ -119,12 +119,23 @@ class Ridge:
         n, d = xc.shape[1], xc.shape[2]
         xc, yc, rescaling = rescale_tasks(xc, yc, self.lam * covariance_scale(n, self.covariance))
         lam_t = torch.as_tensor(rescaling.ridge, dtype=xc.dtype).reshape(-1, 1, 1)
+        # a rescaled λ/s² below eps·max diag(XᵀX) no longer changes XᵀX + λI in floating point
+        # (X at 1e300: λ/s² ≈ 1e-600): the ridge answer is then the minimum-norm least-squares
+        # one to that precision, and a solve would fail on a rank-deficient design
+        vanished = (rescaling.x != 1) & (
+            lam_t < torch.finfo(xc.dtype).eps * xc.square().sum(-2).amax(-1).view(-1, 1, 1)
+        )
+        lam_t = torch.where(vanished, torch.ones_like(lam_t), lam_t)  # those tasks: lstsq
         if n < d:
             gram = xc @ xc.mT + lam_t * torch.eye(n, dtype=xc.dtype, device=xc.device)
             coef = xc.mT @ torch.linalg.solve(gram, yc)
         else:
             s = xc.mT @ xc + lam_t * torch.eye(d, dtype=xc.dtype, device=xc.device)
             coef = torch.linalg.solve(s, xc.mT @ yc)
+        if bool(vanished.any()):
+            rcond = default_rtol(n, d, xc.dtype)
+            least = torch.linalg.lstsq(xc, yc, rcond=rcond, driver="gelsd").solution
+            coef = torch.where(vanished, least, coef)
         out = rescaling.answer(xq, lambda q: q @ coef)
         return check_finite_result(out).reshape(shape)
 

@@ -117,22 +117,25 @@ def rescale_tasks(
 
     The answer stays that of the **given** problem, ridge with the given λ on ``X``: ridge on
     ``X/s`` is ridge with ``λ/s²``, and the outputs are multiplied by ``t``. When ``λ/s²``
-    leaves the float range (λ dwarfs ``XᵀX`` by more than √(largest float), e.g. tiny X), it is
+    leaves the float range (λ dwarfs ``XᵀX`` by more than √(largest float), e.g. tiny X, or a
+    λ beyond √(largest float): then every task is brought to unit magnitude), it is
     capped at ``c = √(largest float)`` and the outputs are multiplied by ``t·c·s²/λ`` as well:
     in that regime every direction's ridge factor is ``1/(e + λ/s²) = (c·s²/λ) / (e + c)`` up
     to a relative ``e/c < 10⁻¹⁵⁴`` (float64). The output factor is kept as a mantissa and a
     power of two (:class:`Rescaling`), so it neither over- nor underflows; the answer itself
     may (``ŷ ≈ x* XᵀY / λ`` for a tiny design), and then :meth:`Rescaling.answer` raises."""
-    sx, sy = power_of_two_scale(x), power_of_two_scale(y)
+    cap = float(torch.finfo(x.dtype).max ** 0.5)
+    # λ past √(largest float) is capped, which is exact only on unit-magnitude data
+    sx = unit_scale(x) if ridge > cap else power_of_two_scale(x)
+    sy = power_of_two_scale(y)
     if bool((sx != 1).any()):
         x = x / sx
     if bool((sy != 1).any()):
         y = y / sy
-    cap = float(torch.finfo(x.dtype).max ** 0.5)
     lam: float | torch.Tensor = ridge
     shift = exponent(sy)
     mantissa = torch.ones_like(sx)
-    if ridge > 0 and bool((sx != 1).any()):
+    if ridge > 0 and bool((sx != 1).any() or ridge > cap):
         wanted = ridge / sx.square()  # inf where it overflows: then it is capped too
         capped = wanted > cap
         lam = wanted.clamp(max=cap).reshape(-1)
