@@ -347,3 +347,23 @@ def test_ridge_family_rescales_each_task_of_a_batch_on_its_own(name: str) -> Non
         err = max(abs(mp.mpf(float(g)) - e) for g, e in zip(got[b].ravel(), exact, strict=True))
         bound = C * 2.0**-53 * _magnitude(name, xb, lam, 2.0**-53)
         assert float(err / top) <= bound, (b, float(err / top))
+
+
+@pytest.mark.parametrize("scale", [*F64, 1e-100, 1e100], ids=str)
+def test_whitened_kernel_smoother_is_scale_free(scale: float) -> None:
+    # softmax(β x* (XᵀX)⁻¹ Xᵀ) Y: the scores do not change when X and X* share a scale, so the
+    # answer is the scale times the unit-scale one, computed here with numpy and scipy
+    from scipy.special import softmax
+
+    import attnreg
+
+    rng = np.random.default_rng(11)
+    x, y, q = rng.normal(size=(10, 3)), rng.normal(size=(10, 1)), rng.normal(size=(2, 3))
+    scores = 0.5 * q @ np.linalg.inv(x.T @ x) @ x.T
+    expected = softmax(scores, axis=1) @ y
+    got = attnreg.KernelSmoother(0.5, similarity="whitened_dot").predict(
+        x * scale, y * scale, q * scale
+    )
+    kappa = np.linalg.cond(x.T @ x)  # the scores carry the metric's error u·κ
+    magnitude = (10 + kappa * np.abs(scores).max()) * np.abs(y).max()
+    np.testing.assert_allclose(got.numpy() / scale, expected, rtol=0, atol=C * 2.0**-53 * magnitude)

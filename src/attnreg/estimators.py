@@ -20,7 +20,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from attnreg.core.attention import SIMILARITIES, Attention, whitened_metric
-from attnreg.core.scaling import rescale_tasks
+from attnreg.core.scaling import power_of_two_scale, rescale_tasks
 from attnreg.core.validation import (
     ArrayLike,
     as_tensor,
@@ -283,7 +283,10 @@ class KernelSmoother:
     """Nadaraya–Watson kernel smoother = softmax attention with values Y:
     ``ŷ* = softmax(β · sim(x*, X)) Y`` (Nadaraya 1964, Watson 1964; the one form with
     ``sep`` = softmax), through the attention core (fused kernel for bilinear similarities: no
-    ``M × N`` matrix, whatever the width of ``Y``). ``whitened_dot`` uses ``(XᵀX)⁺``.
+    ``M × N`` matrix, whatever the width of ``Y``). ``whitened_dot`` uses ``(XᵀX)⁺``; its scores
+    do not depend on the scale of ``X`` (shared by the queries), so they are computed on ``X``
+    and the queries divided by a power of two at extreme magnitudes. The ``dot`` scores
+    ``β x*ᵀx`` do: past the float range ``predict`` raises a ``ValueError``.
     """
 
     beta: float = 1.0
@@ -296,7 +299,14 @@ class KernelSmoother:
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """Softmax-weighted average of the context targets."""
         xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
-        metric = whitened_metric(xc) if self.similarity == "whitened_dot" else None
+        metric = None
+        if self.similarity == "whitened_dot":
+            # q (XᵀX)⁺ xᵀ does not change when X and the queries share a power of two: divide
+            # them by it where XᵀX would over- or underflow (exact)
+            scale = power_of_two_scale(xc)
+            if bool((scale != 1).any()):
+                xc, xq = xc / scale, xq / scale
+            metric = whitened_metric(xc)
         out = Attention(self.similarity, "softmax", self.beta)(xq, xc, yc, metric=metric)
         return check_finite_result(out).reshape(shape)
 
