@@ -31,6 +31,8 @@ def _loop_reference(q, k, v, similarity, separation, beta, power, metric):
             w = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
         elif separation == "power":
             w = s**power
+        elif separation == "signed_power":
+            w = np.sign(s) * np.abs(s) ** power
         else:
             w = np.eye(len(s))[np.argmax(s)]
         out[a] = w @ v
@@ -38,7 +40,7 @@ def _loop_reference(q, k, v, similarity, separation, beta, power, metric):
 
 
 SIMS = ["dot", "scaled_dot", "whitened_dot", "euclidean", "manhattan"]
-SEPS = ["identity", "softmax", "power", "max"]
+SEPS = ["identity", "softmax", "power", "max", "signed_power"]
 
 
 @pytest.mark.parametrize(("similarity", "separation"), list(itertools.product(SIMS, SEPS)))
@@ -74,6 +76,25 @@ def test_chunked_equals_unchunked(similarity, separation):
     tiny_budget = associate(q, k, v, memory_budget=3 * 8 * 3 * 7 * 11, **kwargs)
     np.testing.assert_allclose(tiny_budget.numpy(), whole.numpy(), rtol=1e-10, atol=1e-12)
     assert weights.shape == (3, 50, 333)
+
+
+@pytest.mark.parametrize("power", [2, 3])
+def test_normalised_polynomial_weights_divide_by_the_absolute_sum(power):
+    """Universal Hopfield's normalised polynomial ``sᵖ / Σ_j |s_j|ᵖ``: ``signed_power`` with
+    ``normalize`` divides by ``Σ_j |sign(s_j)|s_j|ᵖ|``; for odd p that is the polynomial itself,
+    for even p it is ``power`` with ``normalize``."""
+    rng = np.random.default_rng(4)
+    q, k, v = rng.normal(size=(5, 4)), rng.normal(size=(9, 4)), rng.normal(size=(9, 2))
+    s = q @ k.T
+    signed = np.sign(s) * np.abs(s) ** power
+    expected_signed = signed / np.abs(signed).sum(1, keepdims=True) @ v
+    polynomial = s**power / (np.abs(s) ** power).sum(1, keepdims=True) @ v
+    args = (torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v))
+    got = associate(*args, separation="signed_power", power=power, normalize=True)
+    np.testing.assert_allclose(got.numpy(), expected_signed, rtol=1e-12, atol=1e-13)
+    sep = "signed_power" if power % 2 else "power"
+    got = associate(*args, separation=sep, power=power, normalize=True)
+    np.testing.assert_allclose(got.numpy(), polynomial, rtol=1e-12, atol=1e-13)
 
 
 def test_linear_path_equals_explicit_qk_then_v():
@@ -123,30 +144,40 @@ def test_mismatched_shapes_are_named():
         associate(torch.zeros(2, 3), torch.zeros(4, 2), torch.zeros(4, 1))
 
 
-def test_context_mean_divides_the_sum_over_keys_on_every_path():
+@pytest.mark.parametrize(
+    ("separation", "paths"),
+    [("identity", ["explicit", "linear", "streamed"]), ("power", ["explicit", "streamed"])],
+)
+def test_context_mean_divides_the_weights_on_every_path(separation, paths):
+    """``mean=True``: the weights ``sep(q M kᵀ)`` divided by N (for power ``sᵖ / N``, not
+    ``(s / N)ᵖ``), on each path that accepts the separation, with and without a hook."""
     from attnreg.core.attention import Attention
 
     rng = np.random.default_rng(11)
     q, k, v = (torch.from_numpy(rng.normal(size=s)) for s in [(2, 4, 3), (2, 9, 3), (2, 9, 2)])
     metric = torch.from_numpy(rng.normal(size=(3, 3)))
     qn, kn, vn, mn = q.numpy(), k.numpy(), v.numpy(), metric.numpy()
-    scores = qn @ mn @ kn.transpose(0, 2, 1) / 9
-    expected = scores @ vn
-    # componentwise bounds γ_n |Q||M||K|ᵀ(|V|) / N, doubled for the reference's own rounding
+    p = 1 if separation == "identity" else 3
+    scores = qn @ mn @ kn.transpose(0, 2, 1)
+    expected = scores**p / 9 @ vn
+    # componentwise bounds γ_n (|Q||M||K|ᵀ)ᵖ |V| / N, doubled for the reference's own rounding
     unit = np.finfo(np.float64).eps / 2
-    abs_scores = np.abs(qn) @ np.abs(mn) @ np.abs(kn).transpose(0, 2, 1) / 9
-    core = Attention("dot", "identity")
-    linear = core(q, k, v, metric=metric, mean=True).numpy()
+    abs_scores = np.abs(qn) @ np.abs(mn) @ np.abs(kn).transpose(0, 2, 1)
+    out_bound = 2 * 20 * p * unit * (abs_scores**p / 9 @ np.abs(vn))
+    core = Attention("dot", separation, power=3)
+    for path in paths:
+        got = core(q, k, v, metric=metric, mean=True, path=path).numpy()
+        assert np.all(np.abs(got - expected) <= out_bound), path
     seen = []
-    handle = core.hook_scores.register_forward_hook(lambda m, i, o: seen.append(o))
-    explicit = core(q, k, v, metric=metric, mean=True).numpy()
+    handle = core.hook_weights.register_forward_hook(lambda m, i, o: seen.append(o))
+    hooked = core(q, k, v, metric=metric, mean=True).numpy()
     handle.remove()
-    assert np.all(np.abs(seen[0].numpy() - scores) <= 2 * 8 * unit * abs_scores)
-    out_bound = 2 * 20 * unit * (abs_scores @ np.abs(vn))
-    assert np.all(np.abs(linear - expected) <= out_bound)
-    assert np.all(np.abs(explicit - expected) <= out_bound)
-    with pytest.raises(ValueError, match="mean: a context mean needs identity or power"):
+    assert np.all(np.abs(seen[0].numpy() - scores**p / 9) <= 2 * 8 * p * unit * abs_scores**p / 9)
+    assert np.all(np.abs(hooked - expected) <= out_bound)
+    with pytest.raises(ValueError, match="mean: a context mean needs identity, power"):
         Attention("dot", "softmax")(q, k, v, mean=True)
+    with pytest.raises(ValueError, match="mean: normalize already divides"):
+        Attention("dot", separation, normalize=True)(q, k, v, mean=True)
 
 
 @pytest.mark.parametrize("similarity", ["dot", "scaled_dot"])

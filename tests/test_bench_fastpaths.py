@@ -8,9 +8,9 @@ import torch
 from scipy.special import softmax
 
 from attnreg import associate
-from attnreg.bench.dense import cholesky_predict, lstsq_predict, p1_data
+from attnreg.bench.p1_ols import cholesky_predict, lstsq_predict, p1_data
 from attnreg.constructions.ols import OLSAttention, OLSTransformer
-from attnreg.core.attention import _fused_softmax, _streamed_3d, chunk_sizes
+from attnreg.core.streamed import chunk_sizes, fused_softmax, streamed
 from attnreg.core.whitening import right_singular, whitening_matrix
 
 
@@ -48,7 +48,7 @@ def test_streamed_blocks_equal_the_whole_score_matrix(similarity, separation):
     expected = w @ v.numpy()
     for budget in (8 * 3 * 2 * 7 * 5, 8 * 3 * 2 * 13 * 64, 2**30):  # 7-key, 64-key, one block
         qm, scale = _folded(q, similarity, beta, metric)
-        got = _streamed_3d(qm, k, v, similarity, separation, scale, 3, False, budget)
+        got = streamed(qm, k, v, similarity, separation, scale, 3, False, 1, budget)
         np.testing.assert_allclose(got.numpy(), expected, rtol=1e-10, atol=1e-11)
 
 
@@ -83,7 +83,7 @@ def test_fused_softmax_equals_explicit_softmax(similarity):
     q, k, v = _data(1)
     metric = torch.eye(5, dtype=torch.float64) * 0.5
     qm, scale = _folded(q, similarity, 1.7, metric)
-    got = _fused_softmax(qm, k, v, scale)
+    got = fused_softmax(qm, k, v, scale)
     scale = 1.7 / np.sqrt(5) if similarity == "scaled_dot" else 1.7
     qm = q @ metric if similarity == "whitened_dot" else q
     expected = softmax(scale * (qm @ k.mT).numpy(), axis=-1) @ v.numpy()
@@ -100,7 +100,7 @@ def test_associate_softmax_float32_matches_float64_reference():
 
 def test_streamed_softmax_gradients_equal_plain_autograd():
     q, k, v = (t.requires_grad_() for t in _data(3, m=4, n=40))
-    out = _streamed_3d(q, k, v, "euclidean", "softmax", 0.8, 2, False, 8 * 3 * 2 * 4 * 6)
+    out = streamed(q, k, v, "euclidean", "softmax", 0.8, 2, False, 1, 8 * 3 * 2 * 4 * 6)
     grads = torch.autograd.grad(out.sum(), (q, k, v))
     plain = torch.softmax(-0.8 * torch.cdist(q, k), -1) @ v
     expected = torch.autograd.grad(plain.sum(), (q, k, v))
@@ -189,10 +189,10 @@ def test_blocked_qr_gives_the_same_triangular_factor(monkeypatch, n):
 
 @pytest.mark.parametrize(("budget", "step"), [(2**20, 37), (512 * 5, 5), (100, 1)])
 def test_task_blocks_cover_the_batch_once(monkeypatch, budget, step):
-    from attnreg.core import attention
+    from attnreg.core import linear
 
-    monkeypatch.setattr(attention, "TASK_BLOCK_BYTES", budget)
-    blocks = attention.task_blocks(37, 512)  # 512 bytes per task
+    monkeypatch.setattr(linear, "TASK_BLOCK_BYTES", budget)
+    blocks = linear.task_blocks(37, 512)  # 512 bytes per task
     assert [b.stop - b.start for b in blocks[:-1]] == [step] * (len(blocks) - 1)
     assert blocks[0].start == 0 and blocks[-1].stop == 37
     assert all(a.stop == b.start for a, b in itertools.pairwise(blocks))
@@ -211,7 +211,7 @@ def test_task_blocks_cover_the_batch_once(monkeypatch, budget, step):
 def test_ols_transformer_in_task_blocks_equals_the_whole_batch(
     monkeypatch, method, ridge, covariance
 ):
-    from attnreg.core import attention
+    from attnreg.core import linear
 
     gen = torch.Generator().manual_seed(9)
     x = torch.randn(11, 20, 4, generator=gen, dtype=torch.float64)
@@ -221,8 +221,8 @@ def test_ols_transformer_in_task_blocks_equals_the_whole_batch(
     whole = OLSTransformer(**kwargs).predict(x, y, xq)
     fitted = OLSTransformer(**kwargs).fit(x, y)
     one_query = fitted(xq[:1])  # one query batch shared by every task
-    monkeypatch.setattr(attention, "TASK_BLOCK_BYTES", 3 * 20 * 4 * 8)  # blocks of 3, 3, 3, 2
-    assert len(attention.task_blocks(11, 20 * 4 * 8)) == 4
+    monkeypatch.setattr(linear, "TASK_BLOCK_BYTES", 3 * 20 * 4 * 8)  # blocks of 3, 3, 3, 2
+    assert len(linear.task_blocks(11, 20 * 4 * 8)) == 4
     blocked = OLSTransformer(**kwargs)
     got = blocked.predict(x, y, xq)
     torch.testing.assert_close(got, whole, rtol=1e-11, atol=1e-12)

@@ -1,6 +1,8 @@
 """The compare study: baselines against scikit-learn, metrics against numpy, figures, CLI."""
 
 import json
+import math
+import re
 
 import numpy as np
 import pytest
@@ -146,16 +148,96 @@ def test_small_run_writes_every_figure_and_is_deterministic(tmp_path):
     for name in ("compare_rows.csv", "compare_training.csv", "ols_transformer_shift.csv"):
         assert (tmp_path / name).stat().st_size > 100
     summary = json.loads((tmp_path / "compare_summary.json").read_text())["summary"]
-    for question in (
-        "does the trained W_q W_kᵀ learn the inverse covariance?",
-        "does whitening help test MSE?",
-        "does one matrix W train as well as two factors?",
-        "... and when W_q W_kᵀ is identified (k targets at once)?",
-        "trained OLS-Transformer: functional convergence",
-        "trained OLS-Transformer: structural convergence",
-        "trained OLS-Transformer: shift sensitivity (MSE to X* w)",
-    ):
-        assert any(ch.isdigit() for ch in summary[question])
+    for question, numbers in _summary_numbers(result, cfg).items():
+        for number in numbers:
+            assert re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", summary[question]), (
+                question,
+                number,
+                summary[question],
+            )
+
+
+def _mean(rows, key, **match):
+    values = [r[key] for r in rows if all(r[k] == v for k, v in match.items())]
+    assert values, match
+    return sum(values) / len(values)
+
+
+def _geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _summary_numbers(result, cfg) -> dict[str, list[str]]:
+    """The numbers each summary answer must print, recomputed here from the rows and tables by
+    loops (means over seeds, geometric means of ratios over the pooled cells)."""
+    rows, modes = _main_rows(result.rows), cfg.data_modes
+    base = {"layernorm": False}
+    out: dict[str, list[str]] = {}
+    corr = [
+        f"{qk} {_mean(rows, 'wqwk_invcov_corr', data=m, variant='regression', whitening=False, qk=qk, **base):.3f}"  # noqa: E501
+        for m in modes
+        for qk in cfg.qk
+    ]
+    corr += [
+        f"{m} {_mean(rows, 'wqwk_invcov_corr', data=m, variant='whitened', whitening=False, qk='shared', **base):.4f}"  # noqa: E501
+        for m in modes
+    ]
+    out["does the trained W_q W_kᵀ learn the inverse covariance?"] = corr
+
+    def ratio(num, den, cells):
+        return _geomean(
+            [
+                _mean(rows, "test_mse", **c, **num, **base)
+                / _mean(rows, "test_mse", **c, **den, **base)
+                for c in cells
+            ]
+        )
+
+    white = []
+    for v in cfg.variants:
+        num, den = {"variant": v, "whitening": True}, {"variant": v, "whitening": False}
+        cells = [{"data": m, "qk": qk} for m in modes for qk in cfg.qk]
+        white.append(f"{v}: ×{ratio(num, den, cells):.3f}")
+        for m in modes:
+            white.append(f"{m} {ratio(num, den, [c for c in cells if c['data'] == m]):.3f}")
+    out["does whitening help test MSE?"] = white
+    out["does one matrix W train as well as two factors?"] = [
+        f"{m}: shared/separate ×"
+        + f"{ratio({'qk': 'shared'}, {'qk': 'separate'}, [{'data': m, 'variant': v, 'whitening': w} for v in cfg.variants for w in cfg.whitening]):.3f}"  # noqa: E501
+        for m in modes
+    ]
+    out["... and when W_q W_kᵀ is identified (k targets at once)?"] = [
+        f"κ(Σ) = {cfg.condition:g}",
+        f"k = {2 * cfg.d} random targets",
+        f"{cfg.probe_steps} Adam steps",
+    ]
+    curves, shifts = result.tables["ols_transformer_curves"], result.tables["ols_transformer_shift"]
+    functional, structural, shift = [], [], []
+    for name in dict.fromkeys(c["data"] for c in curves):
+        curve = [c for c in curves if c["data"] == name]
+        last = max(curve, key=lambda c: c["step"])
+        below = [c["step"] for c in curve if c["rel_mse_to_ols_train"] < 1e-3]
+        functional += [
+            f"{name}: relative MSE to the OLS fit {last['rel_mse_to_ols_train']:.2e} (train), "
+            f"{last['rel_mse_to_ols_test']:.2e} (test queries) after {cfg.ols_steps} Adam steps",
+            f"first below 1e-3 at step {min(below)}" if below else "never below 1e-3",
+        ]
+        structural += [f"W_Q W_Kᵀ {last['qk_distance']:.3f}", f"W_V W_P {last['vp_distance']:.3f}"]
+        for kind in ("mean", "scale", "covariance"):
+            sel = [r for r in shifts if (r["data"], r["shift"]) == (name, kind)]
+            if not sel:  # no covariance shift for d = 1
+                continue
+            top = max(r["magnitude"] for r in sel)
+            at_top = {r["model"]: r["mse_to_truth"] for r in sel if r["magnitude"] == top}
+            shift += [
+                f"{name} {kind} m={top:g}: trained {at_top['trained (weights frozen)']:.3g}",
+                f"constructed-frozen {at_top['constructed (weights frozen)']:.3g}",
+                f"refit {at_top['constructed (refitted = OLS)']:.3g}",
+            ]
+    out["trained OLS-Transformer: functional convergence"] = functional
+    out["trained OLS-Transformer: structural convergence"] = structural
+    out["trained OLS-Transformer: shift sensitivity (MSE to X* w)"] = shift
+    return out
 
 
 def test_ols_transformer_training_converges_and_shift_is_measured():

@@ -3,13 +3,22 @@
 and figures."""
 
 import math
+import re
 
 import numpy as np
 import pytest
 import torch
+from sklearn.linear_model import Ridge as SkRidge
 
 from attnreg.models.regressors import AttentionRegression
-from attnreg.studies.compare import conventions, density, locality, memories, tang
+from attnreg.studies.compare import (
+    conventions,
+    density,
+    locality,
+    memories,
+    tang_retrieval,
+    tang_scaling,
+)
 from attnreg.studies.compare.config import ROW_KEYS, CompareConfig
 from attnreg.studies.compare.run import run
 from attnreg.studies.compare.sections import SECTIONS
@@ -96,7 +105,8 @@ def test_density_predictions_against_numpy():
     s_inv = np.linalg.inv(x.T @ x / n)
     sim = xq @ s_inv @ x.T
     xt, yt, qt = torch.tensor(x), torch.tensor(y), torch.tensor(xq)
-    np.testing.assert_allclose(density.whitened_similarity(xt, qt).numpy(), sim, rtol=1e-10)
+    weights = density.density_attention(xt, yt, qt, "identity")[1].numpy()
+    np.testing.assert_allclose(weights, sim / n, rtol=1e-10, atol=1e-12)
     # identity separation: the OLS prediction (numpy lstsq)
     ols = xq @ np.linalg.lstsq(x, y, rcond=None)[0]
     got = density.density_predict(xt, yt, qt, "identity").numpy()
@@ -180,11 +190,11 @@ def test_memories_rows_follow_the_slow_weights_when_targets_differ():
 def test_correlated_pattern_accuracy_against_a_numpy_loop():
     rng = np.random.default_rng(5)
     t, n, d, rho = 6, 4, 6, 0.7
-    x = tang.correlated_patterns(rng, t, n, d, rho)
+    x = tang_retrieval.correlated_patterns(rng, t, n, d, rho)
     q = x + 0.3 * torch.tensor(rng.normal(size=tuple(x.shape)))
     xs, qs = x.numpy(), q.numpy()
-    for sim in tang.SIMILARITIES:
-        for sep in tang.SEPARATIONS:
+    for sim in tang_retrieval.SIMILARITIES:
+        for sep in tang_retrieval.SEPARATIONS:
             correct = 0
             for k in range(t):
                 keys = xs[k]
@@ -203,13 +213,13 @@ def test_correlated_pattern_accuracy_against_a_numpy_loop():
                         r @ keys[i] / np.linalg.norm(r) / np.linalg.norm(keys[i]) for i in range(n)
                     ]
                     correct += int(np.argmax(cos) == mu)
-            got = tang.retrieval_accuracy(x, q, sim, sep, beta=5.0)
+            got = tang_retrieval.retrieval_accuracy(x, q, sim, sep, beta=5.0)
             assert got == correct / (t * n), (sim, sep)
 
 
 def test_correlated_patterns_have_the_equicorrelated_covariance():
     n, d, rho = 40000, 4, 0.6
-    x = tang.correlated_patterns(np.random.default_rng(6), 1, n, d, rho)[0].numpy()
+    x = tang_retrieval.correlated_patterns(np.random.default_rng(6), 1, n, d, rho)[0].numpy()
     want = (1 - rho) * np.eye(d) + rho * np.ones((d, d))
     # sample covariance entries have standard deviation ≤ √(2/n) ≈ 0.007: allow 5 of them
     np.testing.assert_allclose(x.T @ x / n, want, atol=5 * math.sqrt(2 / n))
@@ -220,25 +230,25 @@ def test_scale_vs_correlation_pieces_against_numpy():
     x = rng.normal(size=(50, 3)) @ np.array([[2.0, 0.0, 0.0], [1.5, 0.5, 0.0], [0.3, 0.2, 0.1]])
     xt, y = rng.normal(size=(8, 3)), rng.normal(size=(50, 1))
     tx, ty, tq = torch.tensor(x), torch.tensor(y), torch.tensor(xt)
-    xs, xts = tang.preprocess("standardised", tx, tq)
+    xs, xts = tang_scaling.preprocess("standardised", tx, tq)
     np.testing.assert_allclose(xs.numpy(), (x - x.mean(0)) / x.std(0), rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(xts.numpy(), (xt - x.mean(0)) / x.std(0), rtol=1e-12, atol=1e-13)
-    xw, xtw = tang.preprocess("whitened", tx, tq)
+    xw, xtw = tang_scaling.preprocess("whitened", tx, tq)
     np.testing.assert_allclose(xw.numpy().T @ xw.numpy() / 50, np.eye(3), atol=1e-9)
     # regression-like attention on whitened data with c = 1 is OLS on the whitened data
     w = xw.numpy()
     ols = xtw.numpy() @ np.linalg.lstsq(w, y, rcond=None)[0]
-    got = tang.linear_regression_attention(xw, ty, xtw).numpy()
+    got = tang_scaling.linear_regression_attention(xw, ty, xtw).numpy()
     np.testing.assert_allclose(got, ols, rtol=1e-7, atol=1e-8)
     e = np.exp(0.4 * xt @ x.T)
     np.testing.assert_allclose(
-        tang.softmax_regression(tx, ty, tq, 0.4).numpy(),
+        tang_scaling.softmax_regression(tx, ty, tq, 0.4).numpy(),
         (e / e.sum(1, keepdims=True)) @ y,
         rtol=1e-10,
     )
     fit, val = np.arange(10, 50), np.arange(10)
     p = x[val] @ x[fit].T @ y[fit] / 40
-    assert tang.best_scale(tx, ty, fit, val) == pytest.approx(
+    assert tang_scaling.best_scale(tx, ty, fit, val) == pytest.approx(
         float((p * y[val]).sum() / (p * p).sum()), rel=1e-12
     )
 
@@ -265,19 +275,152 @@ def test_convention_weights_and_forward_against_numpy():
             np.testing.assert_allclose(out.numpy(), want, rtol=0, atol=bound)
 
 
-def test_conventions_rows_report_the_blog_weights_as_sqrt_dk_over_d_of_the_layer():
+def test_conventions_rows_against_numpy_and_scikit_learn():
+    """Each row's numbers recomputed from the trained layer's weights in numpy: reported weights
+    ``M XᵀY / N`` (attnreg) or ``/ d`` (the blog), the layer's own ``M XᵀY · c``
+    (``c = 1/N`` or ``1/√d_k``), its test predictions, against scikit-learn's ridge at the
+    convention's λ. The training is deterministic, so training again gives the row's weights."""
     cfg = CompareConfig(n_train=60, n_test=20, d=4, steps=30)
     data = load_mode(cfg, "synthetic", 0)
     rows = conventions.measure_mode(data, cfg)
-    blog = next(r for r in rows if r["convention"] == "everything-is-matter")
-    ours = next(r for r in rows if r["convention"] == "attnreg")
-    assert blog["weights_norm_vs_ridge"] == pytest.approx(
-        blog["layer_weights_norm_vs_ridge"] * math.sqrt(4) / 4, rel=1e-12
-    )
-    assert ours["weights_norm_vs_ridge"] == pytest.approx(
-        ours["layer_weights_norm_vs_ridge"], rel=1e-12
-    )
-    assert blog["ridge_lambda"] == 1e-3
+    x, y, xt, yt = data.x_train, data.y_train, data.x_test, data.y_test
+    n, d = x.shape
+    assert [r["convention"] for r in rows] == ["attnreg", "everything-is-matter"]
+    for row, lam, divisor, factor in (
+        (rows[0], cfg.ridge, n, 1 / n),
+        (rows[1], 1e-3, d, 1 / math.sqrt(d)),
+    ):
+        model, _ = conventions.train_convention(data, row["convention"], cfg, cfg.seed)
+        m = (model.w_q @ model.w_k.mT).detach().numpy()
+        sk = SkRidge(alpha=lam, fit_intercept=False, solver="svd").fit(x, y)
+        beta, ridge_test = sk.coef_.reshape(y.shape[1], d).T, sk.predict(xt).reshape(yt.shape)
+        reported, layer = m @ x.T @ y / divisor, m @ x.T @ y * factor
+        pred = xt @ layer
+
+        def cos(a, b):
+            return float((a * b).sum() / np.linalg.norm(a) / np.linalg.norm(b))
+
+        want = {
+            "ridge_lambda": lam,
+            "test_mse": float(np.mean((pred - yt) ** 2)),
+            "ridge_test_mse": float(np.mean((ridge_test - yt) ** 2)),
+            "cos_to_ridge": cos(pred, ridge_test),
+            "weights_cos_to_ridge": cos(reported, beta),
+            "weights_norm_vs_ridge": float(np.linalg.norm(reported) / np.linalg.norm(beta)),
+            "layer_weights_norm_vs_ridge": float(np.linalg.norm(layer) / np.linalg.norm(beta)),
+            "qk_norm": float(np.linalg.norm(m)),
+        }
+        # the ridge solution carries κ(XᵀX + λI) of relative error; the rest is short sums
+        rel = 64 * EPS * np.linalg.cond(x.T @ x + lam * np.eye(d))
+        for key, value in want.items():
+            assert row[key] == pytest.approx(value, rel=rel, abs=0), key
+
+
+# ----------------------------------------------------------------------------- the summaries
+def _assert_mentions(text: str, numbers: list[str]) -> None:
+    """Every number (formatted as the summary prints it) stands in the text as a whole token."""
+    assert numbers
+    for number in numbers:
+        assert re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", text), (number, text)
+
+
+def _one(rows, **match):
+    (row,) = [r for r in rows if all(r[k] == v for k, v in match.items())]
+    return row
+
+
+def _conventions_numbers(rows) -> list[str]:
+    """Each mode's two rows as printed, and the largest relative test-MSE gap over the modes."""
+    out, gaps = [], []
+    for mode in sorted({r["data"] for r in rows}):
+        a = _one(rows, data=mode, convention="attnreg")
+        b = _one(rows, data=mode, convention="everything-is-matter")
+        gaps.append(abs(b["test_mse"] / a["test_mse"] - 1))
+        out += [f"{a['test_mse']:.4f}", f"{b['test_mse']:.4f}", f"{a['cos_to_ridge']:.4f}"]
+        out += [f"{b['cos_to_ridge']:.4f}", f"×{b['qk_norm'] / a['qk_norm']:.3g}"]
+        out += [f"{a['weights_norm_vs_ridge']:.3f}", f"{b['weights_norm_vs_ridge']:.3f}"]
+        out += [f"{b['layer_weights_norm_vs_ridge']:.3f}"]
+    return [*out, f"{100 * max(gaps):.1f} %"]
+
+
+def _density_numbers(rows, path) -> list[str]:
+    """Per separation: recall / test MSE, self weight, their ratio; per mode: ridge, the OLS
+    ratio, the range of the others and the lowest recall MSE over separations and the β path."""
+    out = []
+    for mode in sorted({r["data"] for r in rows}):
+        sel = [r for r in rows if r["data"] == mode]
+        for r in sel:
+            assert r["test_over_recall"] == pytest.approx(r["test_mse"] / r["recall_mse"])
+            out += [f"{r['recall_mse']:.3f} / {r['test_mse']:.3f}", f"{r['self_weight']:.3f}"]
+            out += [f"×{r['test_over_recall']:.2f}"]
+        ols = [r for r in sel if r["separation"].startswith("identity")]
+        others = [r["test_over_recall"] for r in sel if r not in ols]
+        floor = min(r["recall_mse"] for r in [*sel, *(p for p in path if p["data"] == mode)])
+        best = min(sel, key=lambda r: r["test_mse"])["separation"]
+        out += [f"(ridge test {sel[0]['ridge_test_mse']:.3f})", f"lowest test MSE {best}"]
+        out += [f"×{ols[0]['test_over_recall']:.2f} for OLS"]
+        out += [f"×{min(others):.2f}–{max(others):.2f}", f"or β {floor:.3f}"]
+    return out
+
+
+def _memories_numbers(rows) -> list[str]:
+    out = []
+    for mode, scenario in {(r["data"], r["scenario"]) for r in rows}:
+        for slow, fast in (("A", "B"), ("B", "A"), ("A", "A")):
+            r = _one(rows, data=mode, scenario=scenario, slow=slow, fast=fast)
+            out += [f"{r['mse_to_ols_b']:.3g}", f"{r['rel_mse_to_ols_b']:.3g}"]
+    return out
+
+
+def _tang_retrieval_numbers(rows, cfg) -> list[str]:
+    """Per pattern count and cell: the first ρ with accuracy below the threshold (a loop over
+    the rows), and the accuracies at the smallest and largest ρ."""
+    out = []
+    for n in cfg.tang_patterns:
+        for sim in ("dot", "whitened dot"):
+            for sep in ("identity", "softmax"):
+                cell = (n, sim, sep)
+                sel = sorted(
+                    (
+                        r
+                        for r in rows
+                        if r["part"] == "retrieval"
+                        and (r["n_patterns"], r["similarity"], r["separation"]) == cell
+                    ),
+                    key=lambda r: r["rho"],
+                )
+                failed = [r["rho"] for r in sel if r["accuracy"] < cfg.tang_accuracy]
+                where = f"fails at ρ = {failed[0]:g}" if failed else "never fails"
+                out += [
+                    f"{sim} × {sep} {where} (accuracy {sel[0]['accuracy']:.3f} at ρ = "
+                    f"{sel[0]['rho']:g}, {sel[-1]['accuracy']:.3f} at ρ = {sel[-1]['rho']:g})"
+                ]
+    return out
+
+
+def _tang_scaling_numbers(rows) -> list[str]:
+    """Per scenario the test MSEs, and the ranges of test MSE / ridge's over the scenarios."""
+    sel = [r for r in rows if r["part"] == "scaling"]
+    out = [f"{r['scenario']} (ridge {r['ridge_test_mse']:.3f})" for r in sel]
+    printed = {("identity", "validated"), ("softmax", "1/sqrt(d_k)"), ("softmax", "validated")}
+    out += [f"{r['test_mse']:.3f}" for r in sel if (r["separation"], r["scale_rule"]) in printed]
+    for sep, rule in (("identity", "validated"), ("softmax", "1/sqrt(d_k)")):
+        for kind in ("none", "standardised", "whitened"):
+            ratios = [
+                r["test_mse"] / r["ridge_test_mse"]
+                for r in sel
+                if (r["separation"], r["scale_rule"], r["preprocessing"]) == (sep, rule, kind)
+            ]
+            out += [f"{kind} {min(ratios):.2f}–{max(ratios):.2f}"]
+    return out
+
+
+def _locality_numbers(rows) -> list[str]:
+    return [
+        f"{r['operator']} {r['pr_median']:.1f} ({100 * r['pr_median'] / r['n_context']:.0f} %; "
+        f"distance ×{r['rel_distance_median']:.2f})"
+        for r in rows
+    ]
 
 
 # ----------------------------------------------------------------------------- the study
@@ -290,15 +433,17 @@ def test_tiny_compare_run_has_every_section():
     assert {r["section"] for r in extra} == SECTION_NAMES
     for name in ("density", "memories", "locality", "conventions"):
         assert {r["data"] for r in extra if r["section"] == name} == {"synthetic", "sine"}
-    for question in (
-        conventions.QUESTION,
-        density.QUESTION,
-        memories.QUESTION,
-        tang.QUESTION_A,
-        tang.QUESTION_B,
-        locality.QUESTION,
+    by_section = {name: [r for r in extra if r["section"] == name] for name in SECTION_NAMES}
+    path = result.tables["compare_density_beta_path"]
+    for question, numbers in (
+        (conventions.QUESTION, _conventions_numbers(by_section["conventions"])),
+        (density.QUESTION, _density_numbers(by_section["density"], path)),
+        (memories.QUESTION, _memories_numbers(by_section["memories"])),
+        (tang_retrieval.QUESTION, _tang_retrieval_numbers(by_section["tang"], cfg)),
+        (tang_scaling.QUESTION, _tang_scaling_numbers(by_section["tang"])),
+        (locality.QUESTION, _locality_numbers(by_section["locality"])),
     ):
-        assert any(ch.isdigit() for ch in result.summary[question]), question
+        _assert_mentions(result.summary[question], numbers)
     stems = {f.name for f in result.figures}
     assert {
         "compare_conventions",

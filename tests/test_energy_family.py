@@ -208,6 +208,126 @@ def test_odd_power_convention_and_streaming():
     torch.testing.assert_close(energy_blocks, family_energy(xi, kt, "softmax", beta=2.0))
 
 
+SCALES = [1e-300, 1e-200, 1.0, 1e200, 1e300]
+TINY_NORMAL = np.finfo(np.float64).tiny
+HUGE = np.finfo(np.float64).max
+
+
+def _np_weights(s: np.ndarray, energy: str, power: int, beta: float) -> np.ndarray:
+    """``F'(s)`` (quadratic, power) or ``softmax(β s)`` by numpy."""
+    if energy == "softmax":
+        w = np.exp(beta * s - (beta * s).max(1, keepdims=True))
+        return w / w.sum(1, keepdims=True)
+    n = 2 if energy == "quadratic" else power
+    return np.sign(s) * np.abs(s) ** (n - 1)
+
+
+def _scaled(unit: np.ndarray, log10_factor: float) -> np.ndarray | None:
+    """``unit · 10^log10_factor`` row by row, or ``None`` if a non-zero row leaves the normal
+    float64 range (the answer is not representable)."""
+    big = np.abs(unit).max(-1)
+    with np.errstate(divide="ignore"):
+        top = np.log10(big[big > 0]) + log10_factor
+    if np.any(top > math.log10(HUGE)) or np.any(top < math.log10(TINY_NORMAL)):
+        return None
+    return unit * 10.0**log10_factor
+
+
+def _check(call, want: np.ndarray | None, name: str, tol: float) -> None:
+    """``call()`` equals ``want`` within ``tol`` relative to each row's largest entry, or —
+    when ``want`` is ``None`` (not representable) — raises a ValueError naming ``name``."""
+    if want is None:
+        with pytest.raises(ValueError, match=name):
+            call()
+        return
+    got = call().numpy()
+    assert np.all(np.isfinite(got))
+    scale = np.abs(want).max(-1, keepdims=True) if want.ndim > 1 else np.abs(want)
+    assert np.all(np.abs(got - want) <= tol * scale), (got, want)
+
+
+@pytest.mark.parametrize("a", SCALES)
+@pytest.mark.parametrize("b", SCALES)
+@pytest.mark.parametrize(("energy", "power", "beta"), FAMILIES)
+def test_extreme_magnitudes_give_the_scaled_answer_or_a_value_error(energy, power, beta, a, b):
+    """Patterns ``a·K`` and states ``b·ξ`` at 1e±200…1e±300. ``K̃`` does not depend on ``a``.
+    Quadratic and power are homogeneous: every answer is the unit-scale numpy answer times its
+    power of ``b`` (and ``a`` for the pattern read-outs), or a ValueError naming the states when
+    that is beyond the float range. Softmax is computed as is (numpy on the scaled scores); its
+    energy's ``½‖ξ‖²`` overflowing is the only error. Never NaN, never silent zeros."""
+    k, xi = _binary(10, 16, 13), np.random.default_rng(14).normal(size=(4, 16))
+    kt = _polar(k)
+    n = 2 if energy == "quadratic" else power
+    tol = 100 * (10 + 16) * U * np.linalg.cond(k) * n
+    mem = EnergyMemory(energy, power=power, beta=beta).store(torch.from_numpy(k * a))
+    np.testing.assert_allclose(mem.whitened_.numpy(), kt, rtol=0, atol=tol)
+    x = torch.from_numpy(xi * b)
+    la, lb = math.log10(a), math.log10(b)
+    _check(lambda: mem.similarity(x), _scaled(xi @ kt.T, lb), "states", tol)
+    _check(lambda: mem.decode(x), _scaled(xi @ kt.T @ k, lb + la), "states", tol)
+    if energy == "softmax":
+        w = _np_weights((xi * b) @ kt.T, energy, power, beta)
+        step, pattern = w @ kt, _scaled(w @ k, la)
+        s = beta * (xi * b) @ kt.T
+        lse = s.max(1) + np.log(np.exp(s - s.max(1, keepdims=True)).sum(1))
+        with np.errstate(over="ignore"):
+            half = 0.5 * ((xi * b) ** 2).sum(1)
+        big_m = np.linalg.norm(kt, axis=1).max()
+        energy_want = -lse / beta + half + math.log(10) / beta + 0.5 * big_m**2
+        energy_want = energy_want if np.all(np.isfinite(half)) else None
+    else:
+        w = _np_weights(xi @ kt.T, energy, power, beta)
+        step = _scaled(w @ kt, (n - 1) * lb)
+        pattern = _scaled(w @ k, (n - 1) * lb + la)
+        half = 0.5 * (xi**2).sum(1)
+        if energy == "quadratic":
+            residual = xi - xi @ kt.T @ kt
+            energy_want = _scaled(0.5 * (residual**2).sum(1, keepdims=True), 2 * lb)
+        else:
+            quad = _scaled(half[:, None], 2 * lb)
+            poly = _scaled((np.abs(xi @ kt.T) ** n).sum(1, keepdims=True) / n, n * lb)
+            if (lb > 0 and (quad is None or poly is None)) or (quad is None and poly is None):
+                energy_want = None  # a term overflows, or both underflow
+            else:
+                energy_want = (0.0 if quad is None else quad) - (0.0 if poly is None else poly)
+        if energy_want is not None:
+            energy_want = energy_want[:, 0]
+    _check(lambda: mem.step(x), step, "states", tol)
+    _check(lambda: mem.step(x, readout="pattern"), pattern, "states", tol)
+    _check(lambda: mem.retrieve(x), step, "queries", tol)
+    _check(lambda: mem.energy(x), energy_want, "states", tol)
+
+
+@pytest.mark.parametrize(
+    ("energy", "power", "shift"), [("quadratic", 2, 1000), ("power", 3, 500), ("power", 4, 330)]
+)
+def test_power_of_two_scaling_is_exact_for_the_homogeneous_separations(energy, power, shift):
+    """``step(2ᵏ ξ) = 2^{k(n−1)} step(ξ)`` for ``k = ±shift`` and, for the quadratic,
+    ``E(2ᵏ ξ) = 2^{2k} E(ξ)`` for ``k = ±shift/2``, bit for bit (the states are computed at unit
+    scale and division by a power of two is exact)."""
+    k = torch.from_numpy(_binary(10, 16, 15))
+    xi = torch.from_numpy(np.random.default_rng(16).normal(size=(4, 16)))
+    mem = EnergyMemory(energy, power=power).store(k)
+    for sign in (1, -1):
+        e = sign * shift
+        scaled = torch.ldexp(xi, torch.tensor(e))
+        want = torch.from_numpy(np.ldexp(mem.step(xi).numpy(), e * (power - 1)))
+        assert torch.equal(mem.step(scaled), want)
+        if energy == "quadratic":  # E has degree 2: 2^{±500} keeps it in range
+            half = torch.ldexp(xi, torch.tensor(e // 2))
+            want_e = torch.from_numpy(np.ldexp(mem.energy(xi).numpy(), 2 * (e // 2)))
+            assert torch.equal(mem.energy(half), want_e)
+
+
+def test_softmax_scores_that_overflow_are_a_value_error():
+    k = _binary(10, 16, 17)
+    mem = EnergyMemory("softmax", beta=1e10).store(k)
+    with pytest.raises(ValueError, match="queries: the softmax scores"):
+        mem.retrieve(np.full(16, 1e300))
+    with pytest.raises(ValueError, match="states: the softmax scores"):
+        mem.energy(np.full(16, 1e300))
+
+
 def test_invalid_settings_are_refused():
     k = _binary(4, 6, 0)
     with pytest.raises(ValueError, match="energy"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +13,7 @@ from attnreg.cli import app
 from attnreg.constructions import LSAStack, OLSTransformer
 from attnreg.data.tasks import von_oswald_tasks
 from attnreg.estimators import Ridge
-from attnreg.explain import agreement, explain
+from attnreg.explaining import agreement, explain
 from attnreg.training import generator
 
 
@@ -103,3 +105,158 @@ def test_a_predictor_returning_nan_is_a_clear_error() -> None:
 
     with pytest.raises(ValueError, match="predictor: its predictions on the tasks contain NaN"):
         explain(nan_predictor, t)
+
+
+def test_attnreg_explain_is_the_function_and_no_module_shadows_it() -> None:
+    import importlib.util
+    import inspect
+
+    import attnreg
+    import attnreg.explain_cli
+    import attnreg.explaining
+
+    assert inspect.isfunction(attnreg.explain)
+    assert attnreg.explain is attnreg.explaining.explain is explain
+    assert importlib.util.find_spec("attnreg.explain") is None
+    ex = attnreg.explain(LSAStack.gd(10, 1, eta=0.5), _tasks(40), families=("GD",))
+    assert ex.best == "GD"
+
+
+def _constant(value: float):
+    def predict(x_ctx, y_ctx, x_query):
+        return torch.full((*x_query.shape[:-1], y_ctx.shape[-1]), value, dtype=torch.float64)
+
+    return predict
+
+
+@pytest.mark.parametrize("value", [0.0, 3.0])
+def test_a_constant_or_zero_predictor_is_explained_by_no_family(value) -> None:
+    """Outputs of zero variance: Σ(p − p̄)² = 0, so R² is undefined (NaN) for every family —
+    before, the zero predictor was named "preconditioned GD" (Γ = 0 fits it exactly) and the
+    constant one "OLS" with every R² = −inf."""
+    t = _tasks(200)
+    out = _constant(value)(t.x_ctx, t.y_ctx, t.x_query).numpy()
+    assert np.var(out[100:]) == 0.0  # independent: the held-out outputs have zero variance
+    ex = explain(_constant(value), t)
+    assert ex.best is None
+    assert all(np.isnan(f.r2) for f in ex.fits) and len(ex.fits) == 6
+    assert not any(row["best"] for row in ex.rows())
+    assert ex.verdict().startswith("no family explains it") and "zero variance" in ex.verdict()
+
+
+def test_a_predictor_no_family_fits_well_is_explained_by_no_family() -> None:
+    t = _tasks(400)
+    gen = torch.Generator().manual_seed(5)
+    noise = torch.randn(400, 1, 1, generator=gen, dtype=torch.float64)
+
+    def noisy(x_ctx, y_ctx, x_query):  # independent of the context: no estimator of it
+        return noise
+
+    ex = explain(noisy, t, families=("OLS", "GD", "ridge"))
+    # OLS's held-out R², from numpy: per-task least squares, predictions on the query
+    xc, yc, xq = (a.numpy()[200:] for a in (t.x_ctx, t.y_ctx, t.x_query))
+    ols = np.stack(
+        [q @ np.linalg.lstsq(a, b, rcond=None)[0] for a, b, q in zip(xc, yc, xq, strict=True)]
+    )
+    p = noise.numpy()[200:]
+    r2_ols = 1 - ((ols - p) ** 2).sum() / ((p - p.mean()) ** 2).sum()
+    assert ex.fit("OLS").r2 == pytest.approx(r2_ols, rel=1e-9)
+    top = max(f.r2 for f in ex.fits)
+    assert top < 0.5
+    assert ex.best is None and f"{top:.4g} < min_r2 0.5" in ex.verdict()
+    # with no floor the rule names the simplest family within tol of the highest R²
+    loose = explain(noisy, t, families=("OLS", "GD", "ridge"), min_r2=-np.inf)
+    assert loose.best == next(f.family for f in loose.fits if f.r2 >= top - loose.tol)
+    with pytest.raises(ValueError, match="min_r2"):
+        explain(noisy, t, min_r2=float("nan"))
+
+
+@pytest.mark.parametrize(
+    "shape", [lambda b, m: (b * m,), lambda b, m: (b, m, 2), lambda b, m: (b + 1, m, 1)]
+)
+def test_a_predictor_of_the_wrong_shape_is_a_clear_error(shape) -> None:
+    t = _tasks(30)
+
+    def wrong(x_ctx, y_ctx, x_query):
+        return torch.zeros(shape(*x_query.shape[:2]), dtype=torch.float64)
+
+    actual = shape(30, 1)
+    with pytest.raises(ValueError, match="predictor") as info:
+        explain(wrong, t)
+    assert f"returned shape {actual}" in str(info.value)
+    assert "expected (B, M, dy) = (30, 1, 1)" in str(info.value)
+
+
+def test_agreement_with_a_constant_reference_is_undefined() -> None:
+    r2, _cos, mse = agreement(torch.tensor([1.0, 2.0]), torch.tensor([2.0, 2.0]))
+    assert np.isnan(r2) and mse == pytest.approx(0.5)
+    assert np.isnan(agreement(torch.ones(3), torch.ones(3))[0])
+
+
+runner = CliRunner()
+
+
+def _one_line_error(result, *needles) -> None:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.mark.parametrize(
+    "option, needle",
+    [
+        (["--seed", "-1"], "seed"),
+        (["--seed", str(2**63)], "seed"),
+        (["--tasks", "0"], "tasks"),
+        (["--tasks", "1"], "tasks"),
+        (["--steps", "0"], "steps"),
+        (["--tol", "nan"], "tol"),
+        (["--min-r2", "nan"], "min_r2"),
+        (["--inputs", "cauchy"], "inputs"),
+        (["--construction", "lasso"], "construction"),
+    ],
+)
+def test_cli_bad_option_values_are_one_line_errors(option, needle) -> None:
+    _one_line_error(runner.invoke(app, ["explain", "--construction", "gd", *option]), needle)
+
+
+def test_cli_bad_out_and_checkpoint_are_one_line_errors(tmp_path) -> None:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for out in (a_file, a_file / "below"):
+        result = runner.invoke(app, ["explain", "--construction", "gd", "--out", str(out)])
+        _one_line_error(result, "--out", str(out))
+    _one_line_error(runner.invoke(app, ["explain", str(tmp_path / "none.pt")]), "checkpoint")
+    _one_line_error(runner.invoke(app, ["explain", str(tmp_path)]), "checkpoint")
+
+
+def test_cli_out_writes_the_rows(tmp_path) -> None:
+    out = tmp_path / "explained"
+    result = runner.invoke(
+        app, ["explain", "--construction", "gd", "--tasks", "40", "--json", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "explain_rows.json").read_text()) == json.loads(result.stdout)
+
+
+def test_cli_a_zero_layer_is_explained_by_no_family(tmp_path) -> None:
+    from attnreg.models import TrainableLSA, save_model
+
+    model = TrainableLSA(4, seed=0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    path = save_model(tmp_path / "zero.pt", model, {"n_ctx": 6})
+    args = ["explain", str(path), "--tasks", "40", "--json", "--out", str(tmp_path / "ex")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert len(rows) == 6 and all(r["r2"] is None and not r["best"] for r in rows)
+    summary = json.loads((tmp_path / "ex" / "explain_summary.json").read_text())["summary"]
+    assert "no family explains it" in summary["best family"]
+    assert "zero variance" in summary["best family"]
+    table = runner.invoke(app, ["explain", str(path), "--tasks", "40"])
+    assert table.exit_code == 0 and "undefined" in table.output and "yes" not in table.output

@@ -128,3 +128,23 @@ def test_cli_help_and_json(tmp_path) -> None:
     assert "FAIL lsa-1 loss / line-searched GD's" in strict.output
     bad = runner.invoke(app, ["icl", "--models", "lsa-9"])
     assert bad.exit_code != 0 and "models" in bad.output
+
+
+def test_multi_head_models_have_summary_lines_and_the_two_head_eta_check() -> None:
+    result = run(_tiny(models=["lsa-1-2heads", "softmax-2heads"], steps=40))
+    for figure in result.figures:
+        figure.close()
+    rows = {r["model"]: r for r in result.rows if r.get("kind") == "model"}
+    lsa, soft = rows["lsa-1-2heads"], rows["softmax-2heads"]
+    eta_err = abs(lsa["learned_eta"] - lsa["reference_eta"]) / lsa["reference_eta"]
+    checks = {c["check"]: c for c in result.checks}
+    assert checks["lsa-1-2heads learned η relative error"]["value"] == pytest.approx(eta_err)
+    assert checks["lsa-1-2heads loss / line-searched GD's"]["value"] == pytest.approx(
+        lsa["test_loss"] / lsa["reference_loss"]
+    )
+    text = result.summary["1-layer 2-head LSA vs line-searched GD"]
+    assert f"learned η {lsa['learned_eta']:.4f} (2 heads summed)" in text
+    assert f"({eta_err:.2%}, ≤ 5%)" in text
+    soft_text = result.summary["1-layer 2-head softmax attention vs line-searched GD"]
+    assert f"ratio {soft['test_loss'] / soft['reference_loss']:.4f}" in soft_text
+    assert soft["learned_eta"] is None and not any("softmax" in name for name in checks)

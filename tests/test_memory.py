@@ -20,9 +20,11 @@ from attnreg.memory import (
     UniversalHopfieldMemory,
     polynomial_associate,
 )
+from attnreg.memory.base import log_sum_exp
 from attnreg.training import generator
 
 TINY = 4096  # bytes: forces many key blocks
+EPS = np.finfo(np.float64).eps
 
 
 def _gauss(shape, seed):
@@ -178,6 +180,28 @@ def test_modern_hopfield_step_and_energy_equal_numpy():
         + 0.5 * big_m**2
     )
     np.testing.assert_allclose(mem.energy(q).numpy(), energy, rtol=1e-10)
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-3, 1.0, 30.0, 1e8, 1e20, 1e300])
+def test_log_sum_exp_through_the_core_equals_scipy(scale):
+    """``log Σ_i exp(β x_iᵀ ξ)`` from the core's max and softmax (one reference key) against
+    scipy's ``logsumexp``, from near-uniform weights (1e-300) to one-hot (1e300), batched too.
+    The scores carry a rounding of about ``d u · β max|q| max|x|`` each; the log of the ratio of
+    two sums of ``N`` weights adds about ``N u``."""
+    x, q = _gauss((3, 40, 6), 2), _gauss((3, 5, 6), 3) * scale
+    beta = 0.7
+    want = logsumexp(beta * q @ x.transpose(0, 2, 1), axis=-1)
+    bound = 40 * 6 * np.finfo(np.float64).eps * beta * np.abs(q).max() * np.abs(x).max()
+    got = log_sum_exp(torch.from_numpy(q), torch.from_numpy(x), beta, memory_budget=TINY)
+    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=bound + 40 * EPS)
+    single = log_sum_exp(torch.from_numpy(q[0]), torch.from_numpy(x[0]), beta)
+    np.testing.assert_allclose(single.numpy(), want[0], rtol=0, atol=bound + 40 * EPS)
+
+
+def test_log_sum_exp_refuses_overflowing_scores():
+    x = torch.ones(4, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="states: the softmax scores"):
+        log_sum_exp(torch.full((2, 3), 1e300, dtype=torch.float64), x, 1e10)
 
 
 @settings(max_examples=10, deadline=None)

@@ -134,3 +134,58 @@ def test_bad_input() -> None:
         TrainableLSA(4, variant="mlp")
     with pytest.raises(ValueError, match="layers"):
         TrainableLSA(4, layers=0)
+
+
+def _two_heads(case: str, eta: float, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two heads ``(1, 2, D, D)`` that together are one GD step of size ``eta``.
+
+    ``equal``: each head carries η/2 of the GD construction. ``unequal``: 0.3 η and 0.7 η,
+    with different scale factorisations ``(KQ·s, PV/s)``, s = 4 and −0.5. ``cross``: each head
+    also routes ``x_i → y`` values through a ``y → x`` key-query row (``PV[y, x] = ±p uᵀ``,
+    ``KQ[y, x] = ±k uᵀ``), which adds ``−p k u uᵀ`` to its step; its ``KQ[x, x] = I + c u uᵀ``
+    with ``c = 2pk/η`` cancels that, and the opposite signs of the heads cancel the ``y_i²``
+    and ``x``-only terms: the layer is GD exactly, while ``mean diag KQ[x, x]`` alone reads
+    ``η (1 + c/d)``."""
+    width = d + 1
+    kq, pv = np.zeros((1, 2, width, width)), np.zeros((1, 2, width, width))
+    if case in ("equal", "unequal"):
+        shares, scales = ((0.5, 0.5), (1.0, 1.0)) if case == "equal" else ((0.3, 0.7), (4.0, -0.5))
+        for h, (share, s) in enumerate(zip(shares, scales, strict=True)):
+            kq[0, h, :d, :d] = s * np.eye(d)
+            pv[0, h, d, d] = -share * eta / s
+        return kq, pv
+    u = np.arange(1.0, d + 1) / np.linalg.norm(np.arange(1.0, d + 1))
+    p, k = 1.5, 2.0
+    c = 2 * p * k / eta
+    for h, sign in enumerate((1.0, -1.0)):
+        kq[0, h, :d, :d] = np.eye(d) + c * np.outer(u, u)
+        kq[0, h, d, :d] = sign * k * u
+        pv[0, h, d, :d] = sign * p * u
+        pv[0, h, d, d] = -eta / 2
+    return kq, pv
+
+
+@pytest.mark.parametrize("case", ["equal", "unequal", "cross"])
+def test_two_head_learned_eta_is_the_eta_of_the_gd_step_they_make(case: str) -> None:
+    """The η read from a 2-head layer equals the η of the GD step its predictions are, the
+    step fitted in numpy: ``η_np = ⟨ŷ, g⟩/⟨g, g⟩`` with ``g = (1/N) Σ_i y_i x_iᵀ x_q`` (the GD
+    step from ``W0 = 0`` at η = 1) and ``ŷ`` from the numpy token loop."""
+    d, eta, u64 = 4, 0.8, 2.0**-53
+    x, y, q = _tasks(b=4, n=9, m=3, d=d, seed=7)
+    kq, pv = _two_heads(case, eta, d)
+    pred = _loop_lsa(kq, pv, x, y, q)
+    size = np.abs(_loop_lsa(np.abs(kq), np.abs(pv), np.abs(x), np.abs(y), np.abs(q)))
+    g = np.einsum("bnk,bnd,bmd->bmk", y, x, q) / x.shape[1]
+    eta_np = float((pred * g).sum() / (g * g).sum())
+    # the layer is the GD step: |ŷ − η g| within the rounding of the loop (64 u · magnitude)
+    assert np.all(np.abs(pred - eta * g) <= 64 * u64 * size)
+    model = TrainableLSA.from_products(torch.tensor(kq), torch.tensor(pv))
+    a, b = np.abs(kq[0]), np.abs(pv[0])  # Γ's terms on absolute values bound its rounding
+    magnitude = (b[:, d:, d:] * a[:, :d, :d] + b[:, d:, :d].transpose(0, 2, 1) @ a[:, d:, :d]).sum(
+        0
+    )
+    eta_bound = 64 * u64 * float(magnitude.max())
+    fit_bound = 64 * u64 * float(np.linalg.norm(size) / np.linalg.norm(g))
+    assert abs(model.learned_eta() - eta) <= eta_bound
+    assert abs(model.learned_eta() - eta_np) <= eta_bound + fit_bound
+    np.testing.assert_allclose(model.step_matrix().numpy(), eta * np.eye(d), rtol=0, atol=eta_bound)

@@ -95,19 +95,55 @@ def test_softmax_attention_matches_a_numpy_softmax_smoother():
     np.testing.assert_allclose(loo.numpy(), softmax(scores, axis=1) @ y, atol=1e-12)
 
 
+def _numpy_scores_and_metric(model, x, q):
+    """The layer's raw scores ``Q Kᵀ / N`` and the metric ``M`` with ``x* M xᵀ = Q Kᵀ``, built
+    in numpy from the model's weights (module docstring): ZCA data whitening ``S^{-1/2}`` from
+    ``eigh``, the projections, and (whitened variant) ``L_K = C⁻ᵀ`` with
+    ``C Cᵀ = KᵀK/N + ρI``; and their error bounds ``64·u·κ·(the product on absolute values)``,
+    κ the condition numbers of the whitened covariances."""
+    n, d = x.shape
+    lx, kappa = np.eye(d), 1.0
+    if model.whitening:
+        vals, vecs = np.linalg.eigh(x.T @ x / n)
+        lx, kappa = vecs @ np.diag(vals**-0.5) @ vecs.T, vals.max() / vals.min()
+    if model.qk == "single":
+        wq = wk = np.eye(d)
+        inner = model.w.detach().numpy()
+    else:
+        wq = (model.w if model.qk == "shared" else model.w_q).detach().numpy()
+        wk = (model.w if model.qk == "shared" else model.w_k).detach().numpy()
+        inner = np.eye(wq.shape[1])
+    if model.variant == "whitened":
+        keys = x @ lx @ wk
+        s_k = keys.T @ keys / n + model.whiten_ridge * np.eye(keys.shape[1])
+        lk = np.linalg.inv(np.linalg.cholesky(s_k)).T
+        inner = lk @ inner @ lk.T
+        kappa *= np.linalg.cond(s_k)
+    metric = lx @ wq @ inner @ wk.T @ lx.T
+    scores = (q @ lx @ wq) @ inner @ (x @ lx @ wk).T / n
+    a = [np.abs(t) for t in (lx, wq, inner, wk)]
+    metric_size = a[0] @ a[1] @ a[2] @ a[3].T @ a[0].T
+    tol = 64 * 2.0**-53 * kappa  # chains of < 64 roundings, amplified by the whitenings' κ
+    return scores, metric, tol * np.abs(q) @ metric_size @ np.abs(x).T / n, tol * metric_size
+
+
 @pytest.mark.parametrize("variant", ["regression", "whitened"])
 @pytest.mark.parametrize("qk", ["single", "separate", "shared"])
 @pytest.mark.parametrize("whitening", [False, True])
-def test_effective_metric_gives_the_scores(variant, qk, whitening):
+def test_scores_and_effective_metric_equal_a_numpy_build_of_the_layer(variant, qk, whitening):
     x, y, q = _data(seed=5)
     model = AttentionRegression(x.shape[1], variant=variant, qk=qk, whitening=whitening, seed=1)
+    want_scores, want_metric, tol, tol_metric = _numpy_scores_and_metric(model, x, q)
     with torch.no_grad():
         args = (torch.tensor(q), torch.tensor(x), torch.tensor(y))
         _, cache = model.run_with_cache(*args, method="forward")
     metric = model.effective_metric(torch.tensor(x))[0].numpy()
-    np.testing.assert_allclose(
-        cache["attn.hook_scores"][0].numpy(), q @ metric @ x.T / len(x), rtol=1e-9, atol=1e-12
-    )
+    for got, want, bound in (
+        (cache["attn.hook_scores"][0].numpy(), want_scores, tol),
+        (q @ metric @ x.T / len(x), want_scores, tol),
+        (metric, want_metric, tol_metric),
+    ):
+        assert np.all(np.abs(got - want) <= bound), np.max(np.abs(got - want) / bound)
 
 
 def test_layernorm_is_applied_to_queries_and_keys():

@@ -14,13 +14,8 @@ from attnreg.checkpoints import load_checkpoint, save_checkpoint
 from attnreg.core.threads import torch_threads
 from attnreg.data.tasks import query_loss, von_oswald_tasks
 from attnreg.models import TrainableLSA, load_model, save_model
-from attnreg.training import (
-    PlateauWarning,
-    TrainConfig,
-    find_plateaus,
-    generator,
-    train,
-)
+from attnreg.plateaus import PlateauWarning, find_plateaus
+from attnreg.training import TrainConfig, generator, train
 
 
 def test_adam_reaches_the_minimum_of_a_quadratic() -> None:

@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 import torch
 
-from attnreg.checkpoints import load_checkpoint
+from attnreg.checkpoints import (
+    TrainState,
+    load_checkpoint,
+    load_train_state,
+    save_checkpoint,
+    save_train_state,
+)
 from attnreg.core.threads import torch_threads
 from attnreg.data.tasks import query_loss, von_oswald_tasks
 from attnreg.models import TrainableLSA
@@ -139,6 +145,57 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path) -> None:
     _same_run(resumed, resumable_run(None))
     with pytest.raises(ValueError, match="resume"):
         resumable_run(None, resume=True)
+
+
+def test_train_state_round_trip_and_mismatches(tmp_path) -> None:
+    """save_train_state / load_train_state directly: the parameters, optimiser, RNG and
+    generator states come back (checked against torch's own objects), and a checkpoint that
+    does not fit the parameters, config or optimiser is a ValueError naming checkpoint."""
+    path = tmp_path / "state.pt"
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0], dtype=torch.float64))
+    opt = torch.optim.SGD([w], lr=0.1, momentum=0.9)
+    w.grad = torch.tensor([0.5, 0.25], dtype=torch.float64)
+    opt.step()
+    gen = torch.Generator().manual_seed(11)
+    torch.rand(3, generator=gen)
+    torch.manual_seed(5)
+    state = TrainState(7, False, {"lr": 0.1}, {"losses": [1.0, 0.5]}, [w.detach().clone()])
+    save_train_state(path, {"w": w}, state, opt, None, [gen])
+    expected_gen, expected_rng = torch.rand(4, generator=gen), torch.rand(4)
+    saved_w, saved_momentum = w.detach().clone(), opt.state[w]["momentum_buffer"].clone()
+
+    w2 = torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))
+    opt2 = torch.optim.SGD([w2], lr=0.1, momentum=0.9)
+    gen2 = torch.Generator().manual_seed(0)
+    got = load_train_state(path, {"w": w2}, {"lr": 0.1}, opt2, None, [gen2])
+    assert (got.step, got.finished, got.progress) == (7, False, {"losses": [1.0, 0.5]})
+    assert got.best_state is not None and torch.equal(got.best_state[0], saved_w)
+    assert torch.equal(w2.detach(), saved_w)
+    assert torch.equal(opt2.state_dict()["state"][0]["momentum_buffer"], saved_momentum)
+    assert torch.equal(torch.rand(4, generator=gen2), expected_gen)
+    assert torch.equal(torch.rand(4), expected_rng)
+
+    def load(params, config=None, optimizer=None, generators=1):
+        optimizer = optimizer or torch.optim.SGD(list(params.values()), lr=0.1, momentum=0.9)
+        gens = [torch.Generator() for _ in range(generators)]
+        return load_train_state(path, params, config or {"lr": 0.1}, optimizer, None, gens)
+
+    zeros = torch.zeros(2, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"checkpoint: .*holds tensors \['w'\]"):
+        load({"v": zeros.clone().requires_grad_()})
+    with pytest.raises(ValueError, match=r"checkpoint: .*'w' is torch.float64 \(2,\)"):
+        load({"w": torch.zeros(3, dtype=torch.float64, requires_grad=True)})
+    with pytest.raises(ValueError, match=r"checkpoint: .*differs in lr"):
+        load({"w": zeros.clone().requires_grad_()}, config={"lr": 0.2})
+    with pytest.raises(ValueError, match=r"checkpoint: .*1 generator states; generators has 2"):
+        load({"w": zeros.clone().requires_grad_()}, generators=2)
+    two = [zeros.clone().requires_grad_(), zeros.clone().requires_grad_()]
+    with pytest.raises(ValueError, match=r"checkpoint: .*does not fit this optimizer"):
+        load({"w": two[0]}, optimizer=torch.optim.SGD([{"params": [two[0]]}, {"params": [two[1]]}]))
+    model_file = tmp_path / "model.pt"
+    save_checkpoint(model_file, {"w": zeros}, {"kind": "model"})
+    with pytest.raises(ValueError, match=r"checkpoint: .*not a training checkpoint"):
+        load_train_state(model_file, {"w": zeros}, {}, torch.optim.SGD([w2], lr=0.1), None, [])
 
 
 _CHILD = """

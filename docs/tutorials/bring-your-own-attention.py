@@ -46,11 +46,13 @@ from torch import nn
 
 import attnreg
 from attnreg import GD, OLS, Ridge
-from attnreg.core.attention import Attention, Hooked
+from attnreg.core.attention import Attention
+from attnreg.core.hooks import Hooked
 from attnreg.data.regression import load_regression
 from attnreg.data.tasks import eval_loss, line_search_eta, query_loss, von_oswald_tasks
 from attnreg.estimators import ZeroPredictor
-from attnreg.training import PlateauWarning, TrainConfig, train
+from attnreg.plateaus import PlateauWarning
+from attnreg.training import TrainConfig, train
 
 # These tensors are small: one thread is fastest, and it keeps the page quick on a busy machine.
 torch.set_num_threads(1)
@@ -82,7 +84,7 @@ F64 = torch.float64
 #
 # `ŷ_q = Σ_i softmax_i(β · (x_qᵀ W_q)(W_kᵀ x_i)) y_i`.
 #
-# It subclasses `attnreg.core.attention.Hooked` and hands queries, keys and values to an
+# It subclasses `attnreg.core.hooks.Hooked` and hands queries, keys and values to an
 # `Attention(similarity="dot", separation="softmax")` module, which computes the scores, the
 # softmax and the weighted sum; the temperature is folded into the queries.
 
@@ -141,7 +143,8 @@ class SoftmaxHead(Hooked):
 # estimator family (OLS; one GD step, η; ridge, λ; the softmax kernel smoother, β; GD++;
 # preconditioned GD, a `d × d` matrix Γ) to those predictions on half of the tasks, and scores
 # each fit by its R² on the other half. The *best* family is the simplest one whose R² is
-# within 10⁻³ of the highest.
+# within 10⁻³ of the highest; if even the highest R² is below 0.5, or the predictor's outputs
+# have zero variance (R² undefined), no family explains it and `best` is `None`.
 #
 # Before any training, both layers sit at points where the answer is known, which makes a
 # check of the plumbing:

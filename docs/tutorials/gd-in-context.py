@@ -250,8 +250,9 @@ print(f"learned eta = {eta_learned:.3f}   line-searched eta* = {eta_star:.3f}")
 # %% [markdown]
 # The claims, asserted: the trained layer's test loss is within 5 % of GD at the best
 # learning rate (and far below the zero predictor), and the learning rate read off its weights
-# (`TrainableLSA.learned_eta()`: minus the mean y-diagonal of `PV` times the mean x-diagonal of
-# `KQ`, a quantity the scale symmetry does not change) is within 15 % of the line-searched η.
+# (`TrainableLSA.learned_eta()`: `tr Γ / d`, where `Γ = −Σ_h (PV_h[y,y] KQ_h[x,x] +
+# PV_h[y,x]ᵀ KQ_h[y,x])` is the matrix the layer applies to `(1/N) Σ y_i x_iᵀ`, summed over the
+# heads — a quantity the scale symmetry does not change) is within 15 % of the line-searched η.
 
 # %%
 assert lsa_test <= 1.05 * gd_test, (lsa_test, gd_test)

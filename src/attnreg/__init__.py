@@ -34,9 +34,10 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:
-    """Lazy exports that pull in heavier modules (scipy.optimize) only when used."""
+    """Lazy exports that pull in heavier modules (scipy.optimize) only when used:
+    ``attnreg.explain`` is :func:`attnreg.explaining.explain`."""
     if name == "explain":
-        from attnreg.explain import explain
+        from attnreg.explaining import explain
 
         return explain
     raise AttributeError(f"module 'attnreg' has no attribute {name!r}")

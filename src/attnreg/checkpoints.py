@@ -1,10 +1,15 @@
-"""Checkpoints: a dict of tensors, JSON-like metadata and an optional tree of tensors and plain
-values (e.g. an optimizer's ``state_dict``), read back with ``torch.load(weights_only=True)`` (no
-pickle of arbitrary objects ever runs). A file that is not an attnreg checkpoint is a
-``ValueError`` naming ``checkpoint``.
+"""Checkpoint files: a dict of tensors, JSON-like metadata and an optional tree of tensors and
+plain values (e.g. an optimizer's ``state_dict``), read back with
+``torch.load(weights_only=True)`` (no pickle of arbitrary objects ever runs). A file that is not
+an attnreg checkpoint is a ``ValueError`` naming ``checkpoint``.
 
 File layout (version 1): ``{"format", "version", "state": {str: Tensor}, "meta": JSON-like}``,
-plus ``"extra"`` (a dict, see :func:`save_checkpoint`) when one was given."""
+plus ``"extra"`` (a dict, see :func:`save_checkpoint`) when one was given.
+
+Training checkpoints (:func:`save_train_state`, :func:`load_train_state`; what
+:func:`attnreg.training.train` writes and resumes from) are such files with ``meta`` =
+``{"kind": "train-state", "step", "finished", "config", "result"}`` and ``extra`` =
+``{"optimizer", "scheduler", "torch_rng", "generators", "best_state"}``."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import torch
 
 CHECKPOINT_FORMAT = "attnreg-checkpoint"
 CHECKPOINT_VERSION = 1
+TRAIN_STATE_KIND = "train-state"
 
 
 def _check_meta(meta: Any, path: str) -> None:
@@ -142,3 +148,110 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not isinstance(extra, dict):
         raise ValueError(f"checkpoint: {str(path)!r} has an 'extra' entry that is not a dict")
     return Checkpoint(state=state, meta=payload["meta"], extra=extra)
+
+
+@dataclass
+class TrainState:
+    """A training run's state besides its parameters, optimiser, schedule and random streams:
+    the optimiser steps done, whether the run has ended, the record of the config fields that
+    fix its numbers (JSON-like; a resumed run must have the same), the progress record
+    (JSON-like: losses, evaluations, timings) and the best parameters so far (or ``None``)."""
+
+    step: int
+    finished: bool
+    config: dict[str, Any]
+    progress: dict[str, Any]
+    best_state: list[torch.Tensor] | None = None
+
+
+def save_train_state(
+    path: str | Path,
+    params: dict[str, torch.Tensor],
+    state: TrainState,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+    generators: list[torch.Generator],
+) -> Path:
+    """Write a training checkpoint: ``params`` (name → tensor), ``state``, the optimiser's and
+    the scheduler's ``state_dict``, the global torch RNG state and the state of every generator
+    (atomically, like :func:`save_checkpoint`)."""
+    meta = {
+        "kind": TRAIN_STATE_KIND,
+        "step": state.step,
+        "finished": state.finished,
+        "config": state.config,
+        "result": state.progress,
+    }
+    extra = {
+        "optimizer": optimizer.state_dict(),
+        "scheduler": None if scheduler is None else scheduler.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "generators": [g.get_state() for g in generators],
+        "best_state": state.best_state,
+    }
+    return save_checkpoint(path, params, meta, extra)
+
+
+def load_train_state(
+    path: str | Path,
+    params: dict[str, torch.Tensor],
+    config: dict[str, Any],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+    generators: list[torch.Generator],
+) -> TrainState:
+    """Restore a training checkpoint written by :func:`save_train_state` into ``params`` (copied
+    in place), ``optimizer``, ``scheduler``, the global torch RNG and ``generators``; return the
+    rest as a :class:`TrainState`. A ``ValueError`` naming ``checkpoint`` when the file is not a
+    training checkpoint, its config record differs from ``config`` (the differing fields are
+    named), or its tensors, generators or optimiser state do not fit these."""
+    path = str(path)
+    ckpt = load_checkpoint(path)
+    meta, extra = ckpt.meta, ckpt.extra
+    if meta.get("kind") != TRAIN_STATE_KIND or not isinstance(meta.get("result"), dict):
+        raise ValueError(
+            f"checkpoint: {path!r} is not a training checkpoint (kind {TRAIN_STATE_KIND!r})"
+        )
+    if meta.get("config") != config:
+        theirs = meta.get("config") or {}
+        differ = sorted(k for k in set(theirs) | set(config) if theirs.get(k) != config.get(k))
+        raise ValueError(
+            f"checkpoint: {path!r} is from a run with another config (differs in "
+            f"{', '.join(differ)}); refusing to resume it"
+        )
+    if len(extra.get("generators", [])) != len(generators):
+        raise ValueError(
+            f"checkpoint: {path!r} holds {len(extra.get('generators', []))} generator states; "
+            f"generators has {len(generators)}"
+        )
+    if sorted(ckpt.state) != sorted(params):
+        raise ValueError(
+            f"checkpoint: {path!r} holds tensors {sorted(ckpt.state)}; these parameters are "
+            f"{sorted(params)}"
+        )
+    for key, stored in ckpt.state.items():
+        if stored.shape != params[key].shape or stored.dtype != params[key].dtype:
+            raise ValueError(
+                f"checkpoint: {path!r} entry {key!r} is {stored.dtype} {tuple(stored.shape)}; "
+                f"the parameter is {params[key].dtype} {tuple(params[key].shape)}"
+            )
+    with torch.no_grad():
+        for key, stored in ckpt.state.items():
+            params[key].copy_(stored)
+    try:
+        optimizer.load_state_dict(extra["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise ValueError(f"checkpoint: {path!r} does not fit this optimizer: {exc}") from exc
+    if scheduler is not None:
+        scheduler.load_state_dict(extra["scheduler"])
+    torch.set_rng_state(extra["torch_rng"])
+    for gen, saved in zip(generators, extra["generators"], strict=True):
+        gen.set_state(saved)
+    best = extra.get("best_state")
+    return TrainState(
+        step=int(meta["step"]),
+        finished=bool(meta["finished"]),
+        config=meta["config"],
+        progress=meta["result"],
+        best_state=None if best is None else list(best),
+    )

@@ -19,8 +19,10 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from attnreg.core.attention import SIMILARITIES, Attention, whitened_metric
+from attnreg.core.attention import Attention
+from attnreg.core.retrieval import whitened_metric
 from attnreg.core.scaling import power_of_two_scale, rescale_tasks
+from attnreg.core.scores import SIMILARITIES
 from attnreg.core.validation import (
     ArrayLike,
     as_tensor,

@@ -28,21 +28,22 @@ optimizer=None, generators=(), resume=False) -> TrainResult``
   first step, so the same config + seed + data gives the same numbers.
 * Early stop: after ``patience`` evaluations without an improvement of more than
   ``min_delta`` (relative), or as soon as the metric is ``<= stop_below``.
-* Plateaus (:func:`find_plateaus`): a stretch of windows of ``plateau_window`` steps over which
-  the mean training loss fell by less than ``plateau_rtol`` (relative) is a plateau if the loss
-  later drops by ``plateau_drop`` (escaped), or if the run ends on it above
-  ``(1 + plateau_rtol) × reference_loss`` (without a reference: near the initial loss). A run
-  that ends on a plateau is ``stuck``; the loop warns (``PlateauWarning``): never silent.
-* Checkpoints (``checkpoint_path``; file format: :mod:`attnreg.checkpoints`): written every
-  ``checkpoint_every`` steps (after that step's evaluation) and when the run ends. One holds
-  the model (``state_dict()`` of a module, else ``param0``, ``param1``, …), the optimizer's and
-  the scheduler's ``state_dict``, the step, the :class:`TrainResult` so far, the best
-  parameters (``restore_best``), the global torch RNG state and the state of every generator
-  in ``generators``. ``resume=True`` continues from the checkpoint if the file exists (from
-  scratch otherwise): a killed run resumed this way ends with the same parameters, losses and
-  evaluations as an uninterrupted one, provided ``loss_fn`` and ``eval_fn`` depend only on the
-  step, the parameters, the torch RNG and ``generators`` (state they keep elsewhere, e.g. a list
-  they append to, is not in the checkpoint).
+* Plateaus (:func:`attnreg.plateaus.find_plateaus`): a stretch of windows of
+  ``plateau_window`` steps over which the mean training loss fell by less than
+  ``plateau_rtol`` (relative) is a plateau if the loss later drops by ``plateau_drop``
+  (escaped), or if the run ends on it above ``(1 + plateau_rtol) × reference_loss`` (without a
+  reference: near the initial loss). A run that ends on a plateau is ``stuck``; the loop warns
+  (:class:`attnreg.plateaus.PlateauWarning`): never silent.
+* Checkpoints (``checkpoint_path``; the file: :func:`attnreg.checkpoints.save_train_state`):
+  written every ``checkpoint_every`` steps (after that step's evaluation) and when the run
+  ends. One holds the model (``state_dict()`` of a module, else ``param0``, ``param1``, …), the
+  optimizer's and the scheduler's ``state_dict``, the step, the :class:`TrainResult` so far,
+  the best parameters (``restore_best``), the global torch RNG state and the state of every
+  generator in ``generators``. ``resume=True`` continues from the checkpoint if the file exists
+  (from scratch otherwise): a killed run resumed this way ends with the same parameters, losses
+  and evaluations as an uninterrupted one, provided ``loss_fn`` and ``eval_fn`` depend only on
+  the step, the parameters, the torch RNG and ``generators`` (state they keep elsewhere, e.g. a
+  list they append to, is not in the checkpoint).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnreg.checkpoints import load_checkpoint, save_checkpoint
+from attnreg.checkpoints import TrainState, load_train_state, save_train_state
 from attnreg.core.validation import (
     check_choice,
     check_nonnegative,
@@ -67,16 +68,12 @@ from attnreg.core.validation import (
     check_positive_int,
     check_seed,
 )
+from attnreg.plateaus import Plateau, PlateauWarning, find_plateaus
 from attnreg.progress import Progress, Stage, terminal_progress
 
 SCHEDULES = ("constant", "cosine")
 # TrainConfig fields that do not change a run's numbers: a checkpoint resumes under other values
 _RESUME_FREE = ("checkpoint_path", "checkpoint_every")
-CHECKPOINT_KIND = "train-state"
-
-
-class PlateauWarning(UserWarning):
-    """A training run ended on a loss plateau (see :class:`TrainResult.stuck`)."""
 
 
 @dataclass
@@ -128,19 +125,6 @@ class TrainConfig:
 
 
 @dataclass
-class Plateau:
-    """Steps ``[start, end)`` over which the training loss stayed at about ``loss``."""
-
-    start: int
-    end: int
-    loss: float
-    escaped: bool = True
-
-    def describe(self) -> str:
-        return f"steps {self.start}-{self.end} at loss {self.loss:.4g}"
-
-
-@dataclass
 class TrainResult:
     """What a run did: per-step training losses, evaluations, plateaus and why it stopped."""
 
@@ -188,55 +172,6 @@ def _parameters(model_or_params: nn.Module | Iterable[torch.Tensor]) -> list[tor
     if not params:
         raise ValueError("model_or_params: no tensor with requires_grad=True to train")
     return params
-
-
-def find_plateaus(
-    losses: list[float],
-    window: int,
-    rtol: float,
-    reference_loss: float | None = None,
-    drop: float = 0.1,
-) -> list[Plateau]:
-    """Loss plateaus in a training curve.
-
-    Split ``losses`` into windows of ``window`` steps; a *flat stretch* is a maximal run of
-    consecutive windows whose mean loss fell by less than ``rtol`` (relative). It is reported as
-
-    * an escaped plateau if the loss later falls at least ``drop`` (relative) below its level;
-    * a stuck plateau if it lasts to the end of the run and its level is above
-      ``(1 + rtol) × reference_loss`` (or, without a reference, within ``drop`` of the initial
-      loss: nothing was learned).
-
-    Other flat stretches (convergence, slow progress) are not plateaus.
-    """
-    n_windows = len(losses) // window
-    if n_windows < 2:
-        return []
-    means = [sum(losses[i * window : (i + 1) * window]) / window for i in range(n_windows)]
-    flat = [(means[i] - means[i + 1]) < rtol * abs(means[i]) for i in range(n_windows - 1)]
-    plateaus: list[Plateau] = []
-    i = 0
-    while i < len(flat):
-        if not flat[i]:
-            i += 1
-            continue
-        j = i
-        while j + 1 < len(flat) and flat[j + 1]:
-            j += 1
-        level = means[j + 1]
-        later = min(means[j + 1 :])
-        at_end = j + 1 == n_windows - 1
-        if later <= (1 - drop) * level:
-            plateaus.append(Plateau(i * window, (j + 2) * window, level, escaped=True))
-        elif at_end:
-            if reference_loss is not None:
-                stuck = level > (1 + rtol) * reference_loss
-            else:
-                stuck = level >= (1 - drop) * losses[0]
-            if stuck:
-                plateaus.append(Plateau(i * window, (j + 2) * window, level, escaped=False))
-        i = j + 1
-    return plateaus
 
 
 def default_optimizer(params: list[torch.Tensor], config: TrainConfig) -> torch.optim.Adam:
@@ -310,101 +245,25 @@ def _model_state(
     return {f"param{i}": p for i, p in enumerate(params)}
 
 
-def _write_checkpoint(
-    path: str,
-    config: TrainConfig,
-    model_or_params: nn.Module | Iterable[torch.Tensor],
-    params: list[torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LambdaLR | None,
-    generators: list[torch.Generator],
-    run: _Progress,
-) -> None:
+def _train_state(config: TrainConfig, run: _Progress) -> TrainState:
+    """``run`` as the :class:`~attnreg.checkpoints.TrainState` a checkpoint holds."""
     res = run.result
-    meta = {
-        "kind": CHECKPOINT_KIND,
-        "step": run.done,
-        "finished": run.finished,
-        "config": _config_record(config),
-        "result": {
-            "losses": list(res.losses),
-            "evals": [[s, m] for s, m in res.evals],
-            "best_step": res.best_step,
-            "best_metric": res.best_metric,
-            "stopped": res.stopped,
-            "since_best": run.since_best,
-            "seconds": run.seconds,
-            "cpu_seconds": run.cpu_seconds,
-        },
+    progress = {
+        "losses": list(res.losses),
+        "evals": [[s, m] for s, m in res.evals],
+        "best_step": res.best_step,
+        "best_metric": res.best_metric,
+        "stopped": res.stopped,
+        "since_best": run.since_best,
+        "seconds": run.seconds,
+        "cpu_seconds": run.cpu_seconds,
     }
-    extra = {
-        "optimizer": optimizer.state_dict(),
-        "scheduler": None if scheduler is None else scheduler.state_dict(),
-        "torch_rng": torch.get_rng_state(),
-        "generators": [g.get_state() for g in generators],
-        "best_state": run.best_state,
-    }
-    save_checkpoint(path, _model_state(model_or_params, params), meta, extra)
+    return TrainState(run.done, run.finished, _config_record(config), progress, run.best_state)
 
 
-def _read_checkpoint(
-    path: str,
-    config: TrainConfig,
-    model_or_params: nn.Module | Iterable[torch.Tensor],
-    params: list[torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LambdaLR | None,
-    generators: list[torch.Generator],
-) -> _Progress:
-    """Restore everything :func:`_write_checkpoint` saved; ``ValueError`` naming ``checkpoint``
-    when the file is not a training checkpoint of this run."""
-    ckpt = load_checkpoint(path)
-    meta, extra = ckpt.meta, ckpt.extra
-    if meta.get("kind") != CHECKPOINT_KIND or not isinstance(meta.get("result"), dict):
-        raise ValueError(
-            f"checkpoint: {path!r} is not a training checkpoint (kind {CHECKPOINT_KIND!r})"
-        )
-    if meta.get("config") != _config_record(config):
-        theirs = meta.get("config") or {}
-        differ = sorted(
-            k
-            for k in set(theirs) | set(_config_record(config))
-            if theirs.get(k) != _config_record(config).get(k)
-        )
-        raise ValueError(
-            f"checkpoint: {path!r} is from a run with another config (differs in "
-            f"{', '.join(differ)}); refusing to resume it"
-        )
-    if len(extra.get("generators", [])) != len(generators):
-        raise ValueError(
-            f"checkpoint: {path!r} holds {len(extra.get('generators', []))} generator states; "
-            f"generators has {len(generators)}"
-        )
-    current = _model_state(model_or_params, params)
-    if sorted(ckpt.state) != sorted(current):
-        raise ValueError(
-            f"checkpoint: {path!r} holds tensors {sorted(ckpt.state)}; these parameters are "
-            f"{sorted(current)}"
-        )
-    for key, stored in ckpt.state.items():
-        if stored.shape != current[key].shape or stored.dtype != current[key].dtype:
-            raise ValueError(
-                f"checkpoint: {path!r} entry {key!r} is {stored.dtype} {tuple(stored.shape)}; "
-                f"the parameter is {current[key].dtype} {tuple(current[key].shape)}"
-            )
-    with torch.no_grad():
-        for key, stored in ckpt.state.items():
-            current[key].copy_(stored)
-    try:
-        optimizer.load_state_dict(extra["optimizer"])
-    except (RuntimeError, ValueError, KeyError) as exc:
-        raise ValueError(f"checkpoint: {path!r} does not fit this optimizer: {exc}") from exc
-    if scheduler is not None:
-        scheduler.load_state_dict(extra["scheduler"])
-    torch.set_rng_state(extra["torch_rng"])
-    for gen, state in zip(generators, extra["generators"], strict=True):
-        gen.set_state(state)
-    saved = meta["result"]
+def _resumed(state: TrainState) -> _Progress:
+    """The run state a checkpoint's :class:`~attnreg.checkpoints.TrainState` describes."""
+    saved = state.progress
     result = TrainResult(
         losses=[float(v) for v in saved["losses"]],
         evals=[(int(s), float(m)) for s, m in saved["evals"]],
@@ -412,13 +271,12 @@ def _read_checkpoint(
         best_metric=float(saved["best_metric"]),
         stopped=str(saved["stopped"]),
     )
-    best = extra.get("best_state")
     return _Progress(
         result=result,
-        done=int(meta["step"]),
+        done=state.step,
         since_best=int(saved["since_best"]),
-        finished=bool(meta["finished"]),
-        best_state=None if best is None else list(best),
+        finished=state.finished,
+        best_state=state.best_state,
         seconds=float(saved["seconds"]),
         cpu_seconds=float(saved["cpu_seconds"]),
     )
@@ -557,7 +415,8 @@ def train(
     run = _Progress(result=TrainResult(losses=[]))
     path = cfg.checkpoint_path
     if resume and path and Path(path).is_file():
-        run = _read_checkpoint(path, cfg, model_or_params, params, opt, sched, gens)
+        state = _model_state(model_or_params, params)
+        run = _resumed(load_train_state(path, state, _config_record(cfg), opt, sched, gens))
     result = run.result
     seconds0, cpu_seconds0 = run.seconds, run.cpu_seconds  # spent before an interruption
     wall0, cpu0 = time.perf_counter(), time.process_time()
@@ -566,7 +425,8 @@ def train(
         if path:
             run.seconds = seconds0 + time.perf_counter() - wall0
             run.cpu_seconds = cpu_seconds0 + time.process_time() - cpu0
-            _write_checkpoint(path, cfg, model_or_params, params, opt, sched, gens, run)
+            state = _model_state(model_or_params, params)
+            save_train_state(path, state, _train_state(cfg, run), opt, sched, gens)
 
     with contextlib.ExitStack() as stack:
         if not isinstance(progress, Progress):

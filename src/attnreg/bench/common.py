@@ -55,14 +55,6 @@ class BenchResult:
         return asdict(self)
 
 
-def check(name: str, value: float | None, op: str, limit: float) -> dict[str, Any]:
-    """A sub-check ``value op limit`` (``op`` is ``"<="`` or ``">="``); ``None`` fails."""
-    ok = value is not None and math.isfinite(value)
-    if ok and value is not None:
-        ok = value <= limit if op == "<=" else value >= limit
-    return {"check": name, "value": value, "op": op, "limit": limit, "passed": bool(ok)}
-
-
 def default_threads() -> int:
     """The cores this process may run on (its CPU affinity), at least 1."""
     try:
@@ -103,6 +95,11 @@ def time_interleaved(
 def median(values: Sequence[float]) -> float:
     """The median."""
     return float(statistics.median(values))
+
+
+def fraction_of_rate(flops: float, seconds: float, rate: float) -> float:
+    """The achieved fraction of a rate: ``flops / seconds / rate`` (rate in flop/s)."""
+    return flops / seconds / rate
 
 
 def matmul_fn(size: int = MATMUL_SIZE, seed: int = 0) -> tuple[Callable[[], object], float]:

@@ -22,11 +22,32 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from attnreg.bench.common import GIB, BenchResult, check, json_line, run_child_process
+from attnreg.bench.common import GIB, BenchResult, json_line, run_child_process
+from attnreg.bench.limits import Limit, judge, target_text
 
-P4_TARGET = "median wall over 3 seeds ≤ 10 s, each seed within 2 % of the line-searched GD loss"
-P5_TARGET = "≤ 120 s wall, peak memory ≤ 4 GiB"
-P6_TARGET = "≤ 300 s wall (2 cores), exit status 0, index.html written"
+SEEDS = (0, 1, 2)
+P4_LIMITS = (
+    Limit(
+        "median wall (s)", "<=", 10.0, f"median wall over {len(SEEDS)} seeds {{op}} {{bound:g}} s"
+    ),
+    Limit(
+        "seeds within 2 % of GD",
+        ">=",
+        float(len(SEEDS)),
+        "each seed within 2 % of the line-searched GD loss",
+    ),
+)
+_EXIT = Limit("exit status", "<=", 0.0, "exit status 0")
+P5_LIMITS = (
+    Limit("wall (s)", "<=", 120.0, "{op} {bound:g} s wall"),
+    _EXIT,
+    Limit("peak memory (GiB)", "<=", 4.0, "peak memory {op} {bound:g} GiB"),
+)
+P6_LIMITS = (
+    Limit("wall (s)", "<=", 300.0, "{op} {bound:g} s wall (2 cores)"),
+    _EXIT,
+    Limit("index.html written", ">=", 1.0, "index.html written"),
+)
 
 
 def _unavailable(id_: str, workload: str, unit: str, target: str, why: str) -> BenchResult:
@@ -69,42 +90,40 @@ def _warm_up_optimizer() -> None:
     torch.optim.Adam([param], fused=True).step()
 
 
-def bench_p4(smoke: bool, threads: int, seeds: tuple[int, ...] = (0, 1, 2)) -> BenchResult:
-    """One-layer LSA trained to within 2 % of one-step GD: median wall over the seeds."""
+def bench_p4(smoke: bool, threads: int) -> BenchResult:
+    """One-layer LSA trained to within 2 % of one-step GD: median wall over :data:`SEEDS`."""
     workload = "1-layer LSA, von Oswald tasks (d = N = 10), trained to ≤ 1.02 × the "
     workload += "line-searched one-step-GD loss; line search + evaluation included"
     unit = "s (median wall)"
     try:
         fn = _lookup("attnreg.bench.icl_workload", "train_one_layer_to_gd")
     except LookupError as exc:
-        return _unavailable("P4", workload, unit, P4_TARGET, str(exc))
+        return _unavailable("P4", workload, unit, target_text(P4_LIMITS), str(exc))
     extra = {"eval_tasks": 200, "batch": 64, "max_steps": 20} if smoke else {}
     _warm_up_optimizer()
     runs: list[dict[str, Any]] = []
-    for seed in seeds:
+    for seed in SEEDS:
         start = time.perf_counter()
         try:
             out = fn(seed=seed, **_accepted(fn, extra))
         except Exception as exc:
-            return _unavailable(
-                "P4", workload, unit, P4_TARGET, f"seed {seed} raised {type(exc).__name__}: {exc}"
-            )
+            why = f"seed {seed} raised {type(exc).__name__}: {exc}"
+            return _unavailable("P4", workload, unit, target_text(P4_LIMITS), why)
         wall = time.perf_counter() - start
         info = dict(out) if isinstance(out, Mapping) else {"result": repr(out)}
         runs.append({"seed": seed, "measured_wall_seconds": wall, **info})
     walls = [r["measured_wall_seconds"] for r in runs]
     med = statistics.median(walls)
     reached = [bool(r.get("reached", False)) for r in runs]
-    checks = [
-        check("median wall (s)", med, "<=", 10.0),
-        check("seeds within 2 % of GD", float(sum(reached)), ">=", float(len(seeds))),
-    ]
+    checks = judge(
+        P4_LIMITS, {"median wall (s)": med, "seeds within 2 % of GD": float(sum(reached))}
+    )
     return BenchResult(
         id="P4",
         workload=workload,
         value=med,
         unit=unit,
-        target=P4_TARGET,
+        target=target_text(P4_LIMITS),
         passed=all(c["passed"] for c in checks),
         reference="GD with the line-searched η (loss on the same 10,000 tasks)",
         details={"checks": checks, "runs": runs, "bench_threads": threads},
@@ -144,10 +163,10 @@ def bench_p5(smoke: bool, threads: int, timeout: float = 900.0) -> BenchResult:
     try:
         _lookup("attnreg.studies.capacity.run", "run")
     except LookupError as exc:
-        return _unavailable("P5", workload, unit, P5_TARGET, str(exc))
+        return _unavailable("P5", workload, unit, target_text(P5_LIMITS), str(exc))
     code = _CAPACITY_CHILD.format(threads=threads, smoke=_CAPACITY_SMOKE if smoke else "")
     run = run_child_process([sys.executable, "-c", code], timeout=timeout)
-    return _child_result("P5", workload, unit, P5_TARGET, run, 120.0, 4.0)
+    return _child_result("P5", workload, unit, P5_LIMITS, run)
 
 
 def bench_p6(smoke: bool, threads: int, timeout: float = 1800.0) -> BenchResult:
@@ -157,7 +176,7 @@ def bench_p6(smoke: bool, threads: int, timeout: float = 1800.0) -> BenchResult:
     try:
         _lookup("attnreg.report.cli", "report_command")
     except LookupError as exc:
-        return _unavailable("P6", workload, unit, P6_TARGET, str(exc))
+        return _unavailable("P6", workload, unit, target_text(P6_LIMITS), str(exc))
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "report"
         args = [sys.executable, "-m", "attnreg", "report", "--out", str(out), "--no-progress"]
@@ -165,11 +184,8 @@ def bench_p6(smoke: bool, threads: int, timeout: float = 1800.0) -> BenchResult:
             args += ["--study", "verify"]
         run = run_child_process(args, timeout=timeout)
         run["index_html_written"] = (out / "index.html").exists()
-    result = _child_result("P6", workload, unit, P6_TARGET, run, 300.0, None)
+    result = _child_result("P6", workload, unit, P6_LIMITS, run)
     result.details["bench_threads"] = threads
-    if not run["index_html_written"]:
-        result.passed = False
-        result.details["checks"].append(check("index.html written", 0.0, ">=", 1.0))
     return result
 
 
@@ -177,22 +193,24 @@ def _child_result(
     id_: str,
     workload: str,
     unit: str,
-    target: str,
+    limits: tuple[Limit, ...],
     run: dict[str, Any],
-    max_seconds: float,
-    max_gib: float | None,
 ) -> BenchResult:
+    """The row of a child-process target: wall time, exit status, and (where ``limits`` has
+    them) the peak memory and whether ``index.html`` was written."""
     report = json_line(run["output_tail"]) if run["exit_code"] == 0 else None
     peak = (report or {}).get("peak_bytes")
     if peak is not None:  # the child's own high-water mark, or its process tree's if larger
         peak = max(int(peak), int(run.get("tree_peak_bytes") or 0))
     peak_gib = peak / GIB if peak is not None else None
-    checks = [
-        check("wall (s)", run["seconds"], "<=", max_seconds),
-        check("exit status", float(run["exit_code"]), "<=", 0.0),
-    ]
-    if max_gib is not None:
-        checks.append(check("peak memory (GiB)", peak_gib, "<=", max_gib))
+    measured = {
+        "wall (s)": run["seconds"],
+        "exit status": float(run["exit_code"]),
+        "peak memory (GiB)": peak_gib,
+        "index.html written": float(bool(run.get("index_html_written"))),
+    }
+    names = {limit.name for limit in limits}
+    checks = judge(limits, {k: v for k, v in measured.items() if k in names})
     details: dict[str, Any] = {"checks": checks, "peak_memory_gib": peak_gib, **run}
     if run["exit_code"] != 0:
         details["error"] = "the child process failed; see output_tail"
@@ -204,7 +222,7 @@ def _child_result(
         workload=workload,
         value=run["seconds"],
         unit=unit,
-        target=target,
+        target=target_text(limits),
         passed=all(c["passed"] for c in checks),
         reference="absolute wall time on this machine (see the shared-CPU caveat)",
         details=details,

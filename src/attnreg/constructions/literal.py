@@ -21,7 +21,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from attnreg.core.attention import Attention, Hooked
+from attnreg.core.attention import Attention
+from attnreg.core.hooks import Hooked
 from attnreg.core.validation import (
     ArrayLike,
     as_tensor,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from attnreg.core.attention import Attention, Hooked
+from attnreg.core.attention import Attention
+from attnreg.core.hooks import Hooked
 from attnreg.core.scaling import rescale_tasks
 from attnreg.core.validation import ArrayLike, check_finite_result, check_positive, check_tasks
 

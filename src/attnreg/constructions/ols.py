@@ -22,7 +22,9 @@ from typing import Self
 
 import torch
 
-from attnreg.core.attention import Attention, Hooked, HookPoint, gram, project, task_blocks
+from attnreg.core.attention import Attention
+from attnreg.core.hooks import Hooked, HookPoint
+from attnreg.core.linear import key_value_state, project, task_blocks
 from attnreg.core.scaling import Rescaling, rescale_tasks
 from attnreg.core.validation import (
     ArrayLike,
@@ -217,7 +219,7 @@ class OLSTransformer(_RegressionLayer):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The keys ``X W_K`` (= ``X W_V``, tied) and ``W_P`` of the tasks ``block``."""
         keys = project(x[block], white.matrix[block])
-        rhs = gram(keys, y[block])  # (X L)ᵀ Y = Lᵀ Xᵀ Y
+        rhs = key_value_state(keys, y[block])  # (X L)ᵀ Y = Lᵀ Xᵀ Y
         if white.scale != 1.0:
             rhs = rhs / white.scale
         proj = rhs if self.ridge == 0 else self._ridge_projection(white, keys, rhs, block)
@@ -236,7 +238,7 @@ class OLSTransformer(_RegressionLayer):
 
     def _fit_attend(self, x: torch.Tensor, y: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
         """Whiten, then build and run the layer one block of about 1 MiB of tasks at a time
-        (:func:`attnreg.core.attention.task_blocks`): a block's keys serve ``W_P`` and the
+        (:func:`attnreg.core.linear.task_blocks`): a block's keys serve ``W_P`` and the
         forward pass while they are still in cache. With a hook registered, the whole batch
         at once (so every hook sees every task), and so with the feed-forward block."""
         hooked = any(m.active for m in self.attn.modules() if isinstance(m, HookPoint))
@@ -271,7 +273,7 @@ class OLSTransformer(_RegressionLayer):
             safe = torch.where(kept, e, torch.ones_like(e))
             gain = torch.where(kept, (e + lam) / safe, torch.zeros_like(e))
             return gain.unsqueeze(-1) * rhs
-        g = gram(keys, keys) / white.scale
+        g = key_value_state(keys, keys) / white.scale
         n, d = keys.shape[-2], keys.shape[-1]
         rtol = max(n, d) * torch.finfo(keys.dtype).eps
         return torch.linalg.pinv(g, rtol=rtol, hermitian=True) @ rhs

@@ -28,6 +28,7 @@ from attnreg.memory.classical import (
 from attnreg.memory.energy import (
     ENERGIES,
     EnergyMemory,
+    family_decode,
     family_energy,
     family_step,
     whitened_patterns,
@@ -46,6 +47,7 @@ __all__ = [
     "PseudoInverseMemory",
     "UniversalHopfieldMemory",
     "dam_capacity_theory",
+    "family_decode",
     "family_energy",
     "family_step",
     "krotov_hopfield_coefficients",

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from numpy.polynomial import Polynomial
 
-from attnreg.core.attention import DEFAULT_MEMORY_BUDGET, associate
+from attnreg.core.retrieval import associate
 from attnreg.core.scaling import (
     exponent,
     power_of_two_scale,
@@ -23,6 +23,7 @@ from attnreg.core.scaling import (
     underflow_error,
     underflowed,
 )
+from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
 from attnreg.core.validation import as_tensor, check_finite_result
 from attnreg.data.patterns import check_binary
 
@@ -191,6 +192,52 @@ def polynomial_associate(
         assert isinstance(term, torch.Tensor)
         out = out + e_j * term
     return out
+
+
+def log_sum_exp(
+    states: torch.Tensor,
+    patterns: torch.Tensor,
+    beta: float,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+) -> torch.Tensor:
+    """``log Σ_i exp(β k_iᵀ ξ)`` per state: states ``(M, d)``, patterns ``(N, d)`` → ``(M,)``
+    (or ``(B, M, d)``, ``(B, N, d)`` → ``(B, M)``), from two calls of the attention core.
+
+    The ``max`` separation gives each state its best pattern ``k*``, so ``t = β k*ᵀξ`` is its
+    largest score. A softmax over the patterns and one reference key whose score is ``t``
+    (the states get one more coordinate ``t/β``, the patterns a 0 there, the reference key is
+    ``(0, …, 0, 1)``), with values ``(1, 0)`` on the patterns and ``(0, 1)`` on the reference
+    key, returns ``a = Z/(Z + eᵗ)`` and ``b = eᵗ/(Z + eᵗ)`` with ``Z = Σ_i exp(β s_i)``, so
+    ``log Z = t + log(a/b)``; ``a/b = Σ_i exp(β s_i − t)`` lies in ``[1, N]`` (up to the
+    rounding of ``t``), far from under- and overflow. Where ``|t| > 1/eps`` (2^52 in float64)
+    the rounding of ``t`` alone exceeds 1 and ``log Z = t + (a number in [0, log N])`` is ``t``
+    to within ``log N`` units in its last place: ``t`` is returned. The core streams over the
+    patterns (no ``M × N`` score matrix); the padded copy of the patterns is
+    ``(N + 1) × (d + 1)``. ``ValueError`` (naming ``states``) when the scores ``β s`` overflow.
+    """
+    best = associate(states, patterns, patterns, separation="max", memory_budget=memory_budget)
+    assert isinstance(best, torch.Tensor)
+    top = beta * (states * best).sum(-1, keepdim=True)
+    if not bool(torch.isfinite(top).all()):
+        raise ValueError(
+            f"states: the softmax scores β·kᵀξ overflow {states.dtype} (β = {beta:g}, "
+            f"largest |ξ| = {float(states.abs().max()):.3g}); scale the states down"
+        )
+    reference = torch.zeros_like(patterns[..., :1, :])
+    keys = torch.cat([patterns, reference], dim=-2)
+    keys = torch.cat([keys, torch.zeros_like(keys[..., :1])], dim=-1)
+    keys[..., -1, -1] = 1.0
+    values = torch.zeros_like(keys[..., :2])
+    values[..., :-1, 0] = 1.0
+    values[..., -1, 1] = 1.0
+    queries = torch.cat([states, top / beta], dim=-1)
+    out = associate(
+        queries, keys, values, separation="softmax", beta=beta, memory_budget=memory_budget
+    )
+    assert isinstance(out, torch.Tensor)
+    lse = top[..., 0] + torch.log(out[..., 0] / out[..., 1])
+    huge = top[..., 0].abs() * torch.finfo(top.dtype).eps > 1
+    return torch.where(huge, top[..., 0], lse)
 
 
 @lru_cache(maxsize=16)

@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnreg.core.attention import DEFAULT_MEMORY_BUDGET, associate
+from attnreg.core.retrieval import associate
 from attnreg.core.scaling import rescale_tasks
+from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
 from attnreg.core.validation import (
     check_choice,
     check_finite_result,

@@ -15,7 +15,7 @@ whitened patterns: orthonormal when ``N ≤ d``, a tight frame when ``N > d``. I
 (:func:`attnreg.core.whitening.whitening_matrix`, R-SVD, so the error grows like ``κ(K)``,
 not ``κ(K)²``). For ``N ≤ d`` it whitens ``Kᵀ``, whose covariance is the Gram matrix ``G``
 (Gram whitening). For ``N > d`` it whitens ``K`` (covariance ``S``). The attention's whitened
-dot ``k_iᵀ S⁺ ξ`` (:func:`attnreg.core.attention.whitened_metric`) is the same similarity read in
+dot ``k_iᵀ S⁺ ξ`` (:func:`attnreg.core.retrieval.whitened_metric`) is the same similarity read in
 pattern coordinates: ``k_iᵀ S⁺ η = k̃_iᵀ ξ`` for ``η = S^{1/2} ξ``.
 
 **Energy and step.** For a separation function ``F``:
@@ -58,9 +58,33 @@ separated pattern ``k_j`` is (a multiple of) ``k̃_j``, not ``k_j``. The linear 
 ``S^{1/2} K̃ᵀ F'(s) = Kᵀ F'(s)``: the Universal Hopfield form (Millidge et al. 2022) with this
 similarity and the raw patterns as values (``readout="pattern"`` of :meth:`EnergyMemory.step`).
 
-Steps run on :func:`attnreg.core.attention.associate`: dot similarity on the whitened patterns,
-with identity, power ``n − 1`` or softmax separation. Odd ``n`` takes a streamed loop over blocks
-of patterns instead, because the core's ``power`` separation is ``sⁿ⁻¹`` without the sign.
+Steps, similarities, read-outs and energies run on the attention core
+(:func:`attnreg.core.associate`): dot similarity on the whitened patterns, with identity,
+signed power ``sign(s)|s|ⁿ⁻¹`` (the core's ``power`` for even ``n``, whose odd exponent keeps
+the sign; ``signed_power`` for odd ``n``) or softmax separation. The power energy's sum comes
+from the step by Euler's theorem for the homogeneous ``F``:
+``Σ_i |s_i|ⁿ = Σ_i s_i F'(s_i) = ξᵀ K̃ᵀF'(K̃ξ)``; the softmax energy's ``log Σ_i exp(β s_i)``
+from :func:`attnreg.memory.base.log_sum_exp`.
+
+**Extreme magnitudes** (entries at 1e±200 … 1e±300): the scale-equivariant answer, or a
+``ValueError`` naming the argument; never silent zeros or NaN.
+
+* Patterns: ``K̃`` does not depend on the scale of ``K`` (``K̃(aK) = K̃(K)``, ``a > 0``), so
+  patterns outside ``2^±(maxexp/4)`` are divided by a power of two before the whitening
+  (:func:`attnreg.core.scaling.power_of_two_scale`; exact in binary floating point). Values
+  (the pattern read-out ``K``) are rescaled the same way and the factor is put back.
+* Quadratic and power: ``F`` is homogeneous, so ``F'(2ᵉ s) = 2^{e(n−1)} F'(s)`` and
+  ``F(2ᵉ s) = 2^{en} F(s)``. When a state's largest entry lies outside
+  ``2^±(maxexp/(4(n−1)))`` (for the energies: always), each state is divided by the power of
+  two ``2ᵉ`` of its largest entry, computed at unit scale, and the exact factor is put back.
+  An answer beyond the float range is a ``ValueError`` naming the states: overflow (e.g.
+  ``|s|ⁿ⁻¹`` of states at 1e300), or underflow of a non-zero answer (e.g. the cube of states
+  at 1e-200).
+* Softmax: not scale-equivariant (``softmax(β · 2ᵉ s)`` sharpens with ``e``), so states are
+  used as given. Scores ``β s`` that overflow are a ``ValueError`` naming the states; finite
+  scores, however large or small, give the correct weights (a step is then a convex
+  combination of the values). Its energy's ``½‖ξ‖²`` overflowing is a ``ValueError``; that
+  term underflowing is not an error (the other terms dominate).
 """
 
 from __future__ import annotations
@@ -70,10 +94,12 @@ from typing import Any
 
 import torch
 
-from attnreg.core.attention import DEFAULT_MEMORY_BUDGET, associate, chunk_sizes
+from attnreg.core import associate
+from attnreg.core.scaling import power_of_two_scale
+from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
 from attnreg.core.validation import as_tensor, check_choice, check_positive, check_positive_int
 from attnreg.core.whitening import whitening_matrix
-from attnreg.memory.base import check_patterns, check_states
+from attnreg.memory.base import check_patterns, check_states, log_sum_exp
 
 ENERGIES = ("quadratic", "power", "softmax")
 READOUTS = ("state", "pattern")
@@ -98,7 +124,8 @@ def whitened_patterns(patterns: Any, *, rtol: float | None = None) -> torch.Tens
     ``K S^{+1/2}``. Both are the polar factor ``U Vᵀ`` of the thin SVD ``K = U Σ Vᵀ``. Directions
     with singular value at or below ``rtol · σ_max`` (default ``max(N, d) · eps``) are dropped,
     which gives the pseudo-inverse. The rows are orthonormal for ``N ≤ d`` at full rank, and
-    ``K̃ᵀK̃`` is the projection onto the pattern span.
+    ``K̃ᵀK̃`` is the projection onto the pattern span. Patterns at extreme magnitudes are first
+    divided by a power of two (module docstring), so ``K̃`` is the same at any scale.
     """
     k = as_tensor("patterns", patterns, ndim=(2, 3))
     if k.shape[-2] == 0 or k.shape[-1] == 0:
@@ -107,28 +134,15 @@ def whitened_patterns(patterns: Any, *, rtol: float | None = None) -> torch.Tens
         k = k.double()
     single = k.ndim == 2
     kb = k.unsqueeze(0) if single else k
+    scale = power_of_two_scale(kb)  # K̃ is invariant to the patterns' scale
+    if bool((scale != 1).any()):
+        kb = kb / scale
     n, d = kb.shape[-2], kb.shape[-1]
     if n <= d:
         out = _root_pinv(kb.mT, rtol) @ kb  # G^{+1/2} K, G = K Kᵀ
     else:
         out = kb @ _root_pinv(kb, rtol)  # K S^{+1/2}, S = KᵀK
     return out[0] if single else out
-
-
-def separation_value(s: torch.Tensor, energy: str, power: int = 3) -> torch.Tensor:
-    """``F(s)`` elementwise for ``"quadratic"`` (``s²/2``) and ``"power"`` (``|s|ⁿ/n``).
-    ``"softmax"`` has no per-pattern ``F``: its sum is the log-sum-exp of :func:`family_energy`.
-    """
-    check_choice("energy", energy, ("quadratic", "power"))
-    n = 2 if energy == "quadratic" else check_positive_int("power", power)
-    return s.abs().pow(n) / n
-
-
-def separation_derivative(s: torch.Tensor, energy: str, power: int = 3) -> torch.Tensor:
-    """``F'(s)`` elementwise: ``s`` (quadratic), ``sign(s)|s|ⁿ⁻¹`` (power)."""
-    check_choice("energy", energy, ("quadratic", "power"))
-    n = 2 if energy == "quadratic" else check_positive_int("power", power)
-    return s if n == 2 else s.sign() * s.abs().pow(n - 1)
 
 
 def _check_family(energy: str, power: int, beta: float) -> None:
@@ -139,50 +153,119 @@ def _check_family(energy: str, power: int, beta: float) -> None:
         check_positive("beta", beta)
 
 
-def family_energy(
+def _row_exponents(x: torch.Tensor) -> torch.Tensor:
+    """Per row (last axis) the exponent ``e`` with ``max|row| / 2ᵉ`` in ``[0.5, 1)``; 0 for a
+    zero row. Shape ``(…, M, 1)``."""
+    _, exponent = torch.frexp(x.abs().amax(-1, keepdim=True))
+    return exponent
+
+
+def _max_exponent(dtype: torch.dtype) -> int:
+    """``maxexp`` of the dtype (1024 for float64): its largest finite value is below 2^maxexp."""
+    return int(math.log2(torch.finfo(dtype).max)) + 1
+
+
+def _ldexp(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """``x · 2^shift`` (``shift`` integer, broadcast), in factors of at most ``2^±1000`` so that
+    no power of two overflows on the way: exact wherever the result is a normal number."""
+    shift = shift.to(torch.int64)
+    while bool((shift != 0).any()):
+        part = shift.clamp(-1000, 1000)
+        x = x * torch.pow(2.0, part.to(x.dtype))
+        shift = shift - part
+    return x
+
+
+def _restore(
+    unit: torch.Tensor, shift: torch.Tensor, name: str, *, underflow: bool = True
+) -> torch.Tensor:
+    """``unit · 2^shift`` per row, or a ``ValueError`` naming ``name`` when it leaves the float
+    range: an infinite entry (overflow), or — with ``underflow`` — a row that is non-zero at
+    unit scale but below the smallest normal number after the shift."""
+    out = _ldexp(unit, shift)
+    if not bool(torch.isfinite(out).all()):
+        raise ValueError(
+            f"{name}: the result overflows {unit.dtype} at this magnitude (largest factor "
+            f"2^{int(shift.max())} on the unit-scale answer); scale the {name} down"
+        )
+    if underflow:
+        tiny = torch.finfo(unit.dtype).tiny
+        lost = (unit.abs().amax(-1) > 0) & (out.abs().amax(-1) < tiny)
+        if bool(lost.any()):
+            raise ValueError(
+                f"{name}: the result underflows {unit.dtype} at this magnitude (smallest "
+                f"factor 2^{int(shift.min())} on the unit-scale answer); scale the {name} up"
+            )
+    return out
+
+
+def _value_exponent(values: torch.Tensor) -> torch.Tensor:
+    """The exponent ``e`` of :func:`power_of_two_scale` (0 at ordinary magnitudes): per memory
+    ``(B, 1, 1)`` for ``(B, N, dv)`` values, ``(1, 1)`` for ``(N, dv)``."""
+    scale = power_of_two_scale(values if values.ndim == 3 else values.unsqueeze(0))
+    exponent = torch.frexp(scale)[1] - 1
+    return exponent if values.ndim == 3 else exponent[0]
+
+
+def _within(maxima: torch.Tensor, limit: int) -> bool:
+    """Whether every maximum lies in ``[2^-limit, 2^limit]`` (a zero maximum does not)."""
+    low, high = torch.aminmax(maxima)
+    return 2.0**-limit <= float(low) and float(high) <= 2.0**limit
+
+
+def _associate(
+    states: torch.Tensor,
+    whitened: torch.Tensor,
+    values: torch.Tensor,
+    energy: str,
+    n: int,
+    beta: float,
+    memory_budget: int,
+) -> torch.Tensor:
+    """``Σ_i F'(s_i) v_i`` (softmax: ``softmax(β s)``) by the core, as given."""
+    if energy == "softmax":
+        kw: dict[str, Any] = {"separation": "softmax", "beta": beta}
+    else:  # F'(s) = sign(s)|s|ⁿ⁻¹: the core's power separation keeps the sign for odd n − 1
+        separation = "identity" if n == 2 else "power" if n % 2 == 0 else "signed_power"
+        kw = {"separation": separation, "power": max(1, n - 1)}
+    out = associate(states, whitened, values, memory_budget=memory_budget, **kw)
+    assert isinstance(out, torch.Tensor)
+    return out
+
+
+def _step(
     states: torch.Tensor,
     whitened: torch.Tensor,
     energy: str,
-    *,
-    power: int = 3,
-    beta: float = 1.0,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    values: torch.Tensor | None,
+    power: int,
+    beta: float,
+    memory_budget: int,
+    name: str,
 ) -> torch.Tensor:
-    """``E_F(ξ)`` (``(M,)``) for states ``(M, d)`` and whitened patterns ``K̃`` (``(N, d)``).
-    A leading batch axis on both (``(B, M, d)``, ``(B, N, d)``) gives ``(B, M)``.
-
-    The quadratic energy is ``½ ‖ξ − K̃ᵀ(K̃ξ)‖²``, the same number as
-    ``−½‖s‖² + ½‖ξ‖²`` (since ``K̃ᵀK̃ = P``) without its cancellation near the span. The power
-    energy is ``−Σ_i |s_i|ⁿ/n + ½‖ξ‖²``. The softmax energy is
-    ``−β⁻¹ log Σ_i exp(β s_i) + ½‖ξ‖² + β⁻¹ log N + ½ max_i ‖k̃_i‖²``. Power and softmax
-    stream over blocks of patterns, so no ``M × N`` matrix is held whole.
-    """
-    _check_family(energy, power, beta)
-    half = 0.5 * (states * states).sum(-1)
-    if energy == "quadratic":
-        residual = states - (states @ whitened.mT) @ whitened
-        return 0.5 * (residual * residual).sum(-1)
-    m, n = states.shape[-2], whitened.shape[-2]
-    batch = states.shape[0] if states.ndim == 3 else 1
-    _, block = chunk_sizes(batch, m, n, whitened.element_size(), memory_budget)
-    if energy == "power":
-        total = torch.zeros_like(half)
-        for start in range(0, n, block):
-            s = states @ whitened[..., start : start + block, :].mT
-            total = total + separation_value(s, "power", power).sum(-1)
-        return half - total
-    best = torch.full_like(half, -math.inf)
-    acc = torch.zeros_like(half)
-    for start in range(0, n, block):
-        scores = beta * (states @ whitened[..., start : start + block, :].mT)
-        new_best = torch.maximum(best, scores.amax(-1))
-        acc = acc * torch.exp(best - new_best) + torch.exp(scores - new_best.unsqueeze(-1)).sum(-1)
-        best = new_best
-    lse = best + torch.log(acc)
-    big_m = whitened.norm(dim=-1).amax(-1, keepdim=True)
-    if whitened.ndim == 2:
-        big_m = big_m[0]
-    return -lse / beta + half + math.log(n) / beta + 0.5 * big_m**2
+    """:func:`family_step` with the argument name ``name`` in its errors."""
+    v = whitened if values is None else values
+    n = 2 if energy == "quadratic" else power
+    # K̃ has rows of norm ≤ 1: only given values can need rescaling
+    limit = _max_exponent(states.dtype) // 4
+    plain_values = values is None or _within(values.abs().amax(dim=(-2, -1)), limit)
+    if energy != "softmax" and plain_values and _within(states.abs().amax(-1), limit // (n - 1)):
+        # ordinary magnitudes: |s|ⁿ⁻¹ stays within 2^±(maxexp/4), nothing to rescale
+        return _associate(states, whitened, v, energy, n, beta, memory_budget)
+    e_v = torch.zeros((), dtype=torch.int32) if plain_values else _value_exponent(v)
+    if bool((e_v != 0).any()):
+        v = _ldexp(v, -e_v)
+    if energy == "softmax":
+        out = _associate(states, whitened, v, energy, n, beta, memory_budget)
+        if not bool(torch.isfinite(out).all()):
+            raise ValueError(
+                f"{name}: the softmax scores β·s overflow {states.dtype} (β = {beta:g}, "
+                f"largest |ξ| = {float(states.abs().max()):.3g}); scale the {name} down"
+            )
+        return _restore(out, e_v, name) if bool((e_v != 0).any()) else out
+    e = _row_exponents(states)
+    unit = _associate(_ldexp(states, -e), whitened, v, energy, n, beta, memory_budget)
+    return _restore(unit, (n - 1) * e + e_v, name)
 
 
 def family_step(
@@ -200,33 +283,75 @@ def family_step(
 
     ``values`` ``V`` (``(N, dv)``) defaults to ``K̃``, which gives the concave–convex step
     ``ξ ← K̃ᵀ F'(K̃ξ)``. With ``V = K`` it is the same step read out in pattern coordinates.
-    Softmax weights are ``softmax(β s)``. Computed by :func:`attnreg.core.attention.associate`
-    (dot similarity; identity, power ``n − 1`` or softmax separation). Odd ``n`` uses a streamed
-    loop over pattern blocks with ``F'(s) = sign(s)|s|ⁿ⁻¹``.
+    Softmax weights are ``softmax(β s)``. Computed by :func:`attnreg.core.associate` (dot
+    similarity; identity, signed power ``sign(s)|s|ⁿ⁻¹`` or softmax separation), at unit scale
+    for the homogeneous ``F`` (module docstring: extreme magnitudes).
     """
     _check_family(energy, power, beta)
-    v = whitened if values is None else values
-    n = 2 if energy == "quadratic" else power
+    return _step(states, whitened, energy, values, power, beta, memory_budget, "states")
+
+
+def family_decode(
+    states: torch.Tensor,
+    whitened: torch.Tensor,
+    patterns: torch.Tensor,
+    *,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+) -> torch.Tensor:
+    """``S^{1/2} ξ = Σ_i (k̃_iᵀ ξ) k_i`` for states ``(M, d)``, whitened patterns ``K̃`` and
+    patterns ``K`` (``(N, d)``; or ``(B, …)`` for ``B`` memories): maps each ``k̃_i`` to
+    ``k_i``, and a state-read-out step to its pattern read-out. The core's identity separation
+    with values ``K``, at unit scale (module docstring: extreme magnitudes)."""
+    return _step(states, whitened, "quadratic", patterns, 2, 1.0, memory_budget, "states")
+
+
+def family_energy(
+    states: torch.Tensor,
+    whitened: torch.Tensor,
+    energy: str,
+    *,
+    power: int = 3,
+    beta: float = 1.0,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+) -> torch.Tensor:
+    """``E_F(ξ)`` (``(M,)``) for states ``(M, d)`` and whitened patterns ``K̃`` (``(N, d)``).
+    A leading batch axis on both (``(B, M, d)``, ``(B, N, d)``) gives ``(B, M)``.
+
+    The quadratic energy is ``½ ‖ξ − K̃ᵀ(K̃ξ)‖²``, the same number as
+    ``−½‖s‖² + ½‖ξ‖²`` (since ``K̃ᵀK̃ = P``) without its cancellation near the span. The power
+    energy is ``½‖ξ‖² − Σ_i |s_i|ⁿ/n`` with ``Σ_i |s_i|ⁿ = ξᵀ K̃ᵀF'(K̃ξ)`` (Euler's theorem for
+    the homogeneous ``F``; its rounding is of the order of the direct sum's, whose terms carry
+    the cancellation of ``s_i`` too). The softmax energy is
+    ``−β⁻¹ log Σ_i exp(β s_i) + ½‖ξ‖² + β⁻¹ log N + ½ max_i ‖k̃_i‖²``. Every term comes from the
+    attention core, which streams over the patterns (no ``M × N`` matrix is held whole);
+    extreme magnitudes as in the module docstring.
+    """
+    _check_family(energy, power, beta)
+    e = _row_exponents(states)
+    x = _ldexp(states, -e)
+    half = 0.5 * (x * x).sum(-1, keepdim=True)
     if energy == "softmax":
-        out = associate(
-            states, whitened, v, separation="softmax", beta=beta, memory_budget=memory_budget
+        n = whitened.shape[-2]
+        lse = log_sum_exp(states, whitened, beta, memory_budget)
+        big_m = whitened.norm(dim=-1).amax(-1, keepdim=True)
+        if whitened.ndim == 2:
+            big_m = big_m[0]
+        scaled_half = _restore(half, 2 * e, "states", underflow=False)[..., 0]
+        return -lse / beta + scaled_half + math.log(n) / beta + 0.5 * big_m**2
+    step = _step(x, whitened, energy, None, power, beta, memory_budget, "states")
+    if energy == "quadratic":
+        residual = x - step
+        return _restore(0.5 * (residual * residual).sum(-1, keepdim=True), 2 * e, "states")[..., 0]
+    total = (x * step).sum(-1, keepdim=True) / power
+    quadratic = _restore(half, 2 * e, "states", underflow=False)
+    polynomial = _restore(total, power * e, "states", underflow=False)
+    lost = (half > 0) & (quadratic.abs() < torch.finfo(x.dtype).tiny)
+    lost &= polynomial.abs() < torch.finfo(x.dtype).tiny
+    if bool(lost.any()):
+        raise ValueError(
+            f"states: the energy underflows {x.dtype} at this magnitude; scale the states up"
         )
-    elif n == 2:
-        out = associate(states, whitened, v, separation="identity", memory_budget=memory_budget)
-    elif n % 2 == 0:  # sign(s)|s|^{n-1} = s^{n-1} for odd n - 1
-        out = associate(
-            states, whitened, v, separation="power", power=n - 1, memory_budget=memory_budget
-        )
-    else:
-        m, count = states.shape[-2], whitened.shape[-2]
-        batch = states.shape[0] if states.ndim == 3 else 1
-        _, block = chunk_sizes(batch, m, count, whitened.element_size(), memory_budget)
-        out = states.new_zeros(*states.shape[:-1], v.shape[-1])
-        for start in range(0, count, block):
-            s = states @ whitened[..., start : start + block, :].mT
-            out = out + separation_derivative(s, "power", n) @ v[..., start : start + block, :]
-    assert isinstance(out, torch.Tensor)
-    return out
+    return (quadratic - polynomial)[..., 0]
 
 
 class EnergyMemory:
@@ -237,7 +362,9 @@ class EnergyMemory:
     ``power`` = ``n``) or ``"softmax"`` (inverse temperature ``beta``). ``store(K)`` keeps the
     patterns and their whitening ``K̃`` (``whitened_``); ``step`` is one concave–convex update;
     ``retrieve`` iterates it; ``energy(ξ)`` evaluates ``E_F``; ``decode`` maps states to pattern
-    coordinates (``S^{1/2} ξ``).
+    coordinates (``S^{1/2} ξ``). At extreme magnitudes every method gives the scale-equivariant
+    answer (quadratic, power; softmax as computed) or a ``ValueError`` naming the argument,
+    never silent zeros or NaN (module docstring).
     """
 
     def __init__(
@@ -278,9 +405,13 @@ class EnergyMemory:
         return {"power": self.power, "beta": self.beta, "memory_budget": self.memory_budget}
 
     def similarity(self, states: Any) -> torch.Tensor:
-        """``s = K̃ ξ``: ``(M, N)`` for states ``(M, d)`` (``(N,)`` for one state)."""
+        """``s = K̃ ξ``: ``(M, N)`` for states ``(M, d)`` (``(N,)`` for one state), the weights
+        of the core's identity separation."""
         x, single = self._states(states)
-        s = x @ self.whitened_.mT
+        e = _row_exponents(x)
+        values = x.new_zeros(self.whitened_.shape[0], 1)  # the weights do not depend on them
+        _, unit = associate(_ldexp(x, -e), self.whitened_, values, return_weights=True)
+        s = _restore(unit, e, "states")
         return s[0] if single else s
 
     def energy(self, states: Any) -> torch.Tensor:
@@ -295,9 +426,13 @@ class EnergyMemory:
         ``K``)."""
         check_choice("readout", readout, READOUTS)
         x, single = self._states(states)
-        values = self.patterns_ if readout == "pattern" else None
-        out = family_step(x, self.whitened_, self.energy_kind, values=values, **self._kw())
+        out = self._step(x, readout, "states")
         return out[0] if single else out
+
+    def _step(self, x: torch.Tensor, readout: str, name: str) -> torch.Tensor:
+        values = self.patterns_ if readout == "pattern" else None
+        kw = self._kw()
+        return _step(x, self.whitened_, self.energy_kind, values, name=name, **kw)
 
     def retrieve(self, queries: Any, steps: int | None = None, readout: str = "state") -> Any:
         """``steps`` updates (default ``max_steps``) from ``queries``; the last one read out
@@ -306,16 +441,15 @@ class EnergyMemory:
         x, single = self._states(queries, "queries")
         steps = self.max_steps if steps is None else check_positive_int("steps", steps)
         for _ in range(steps - 1):
-            x = family_step(x, self.whitened_, self.energy_kind, **self._kw())
-        values = self.patterns_ if readout == "pattern" else None
-        x = family_step(x, self.whitened_, self.energy_kind, values=values, **self._kw())
+            x = self._step(x, "state", "queries")
+        x = self._step(x, readout, "queries")
         return x[0] if single else x
 
     def decode(self, states: Any) -> torch.Tensor:
         """``S^{1/2} ξ`` with ``S^{1/2} = K̃ᵀ K``: maps each whitened pattern ``k̃_i`` to
-        ``k_i``."""
+        ``k_i`` (:func:`family_decode`)."""
         x, single = self._states(states)
-        out = (x @ self.whitened_.mT) @ self.patterns_
+        out = family_decode(x, self.whitened_, self.patterns_, memory_budget=self.memory_budget)
         return out[0] if single else out
 
     def state_bytes(self, readout: str = "pattern") -> int:

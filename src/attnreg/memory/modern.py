@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from attnreg.core.attention import DEFAULT_MEMORY_BUDGET, SEPARATIONS, associate, chunk_sizes
+from attnreg.core import SEPARATIONS, associate
+from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
 from attnreg.core.validation import (
     check_choice,
     check_finite_result,
@@ -27,6 +28,7 @@ from attnreg.memory.base import (
     check_patterns,
     check_states,
     extreme_scale,
+    log_sum_exp,
     polynomial_associate,
     scaled_retrieval,
 )
@@ -122,19 +124,9 @@ class ModernHopfield:
         return q[0] if single else q
 
     def log_sum_exp(self, states: torch.Tensor) -> torch.Tensor:
-        """``log Σ_i exp(β x_iᵀ ξ)`` per state, streamed over blocks of patterns."""
-        x = self.patterns_
-        _, block = chunk_sizes(1, states.shape[0], x.shape[0], x.element_size(), self.memory_budget)
-        best = torch.full((states.shape[0],), -math.inf, dtype=x.dtype, device=x.device)
-        total = torch.zeros_like(best)
-        for start in range(0, x.shape[0], block):
-            scores = self.beta * states @ x[start : start + block].mT
-            new_best = torch.maximum(best, scores.amax(-1))
-            total = total * torch.exp(best - new_best) + torch.exp(
-                scores - new_best.unsqueeze(-1)
-            ).sum(-1)
-            best = new_best
-        return best + torch.log(total)
+        """``log Σ_i exp(β x_iᵀ ξ)`` per state, through the attention core
+        (:func:`attnreg.memory.base.log_sum_exp`)."""
+        return log_sum_exp(states, self.patterns_, self.beta, self.memory_budget)
 
     def energy(self, states: Any) -> torch.Tensor:
         """Ramsauer et al.'s energy ``E(ξ)`` per state."""

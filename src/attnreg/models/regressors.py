@@ -40,7 +40,8 @@ import math
 import torch
 from torch import nn
 
-from attnreg.core.attention import Attention, Hooked
+from attnreg.core.attention import Attention
+from attnreg.core.hooks import Hooked
 from attnreg.core.validation import (
     ArrayLike,
     check_choice,

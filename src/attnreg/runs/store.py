@@ -8,23 +8,30 @@ at any instant leaves either the whole row or none of it. Only the client proces
 A store locked by another writer is waited for, with back-off, up to ``lock_timeout`` seconds
 (each attempt is short, so a signal is handled at once). A result that still cannot be written
 is not dropped: :meth:`ResultsStore.spill` appends it to ``STORE.pending.jsonl`` beside the
-store, and the next :class:`ResultsStore` opened on that store adds it. A file that is not an
-SQLite database, or not a results store, is refused with :class:`StoreError` naming its path.
+store, and the next :class:`ResultsStore` opened on that store adds it (claim, store, then
+delete: see :mod:`attnreg.runs.pending`). A line there that is not a well-formed row, or that
+the store's constraints refuse, is kept in ``STORE.pending.rejected.jsonl`` and reported. A
+file that is not an SQLite database, or not a results store, is refused with
+:class:`StoreError` naming its path.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
+import math
 import sqlite3
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnreg.core.validation import check_seed
 from attnreg.output import rows_to_json
+from attnreg.runs import pending
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (
@@ -59,6 +66,15 @@ COLUMNS = (
     "error",
 )
 INSERT = f"INSERT OR REPLACE INTO cells VALUES ({','.join('?' * len(COLUMNS))})"
+# a set-aside row replaces a stored one only if it did not finish earlier (storing it twice is
+# harmless; a newer result is never overwritten by an older one)
+ADD_PENDING = (
+    f"INSERT INTO cells VALUES ({','.join('?' * len(COLUMNS))}) ON CONFLICT(key) DO UPDATE SET "
+    + ", ".join(f"{name} = excluded.{name}" for name in COLUMNS[1:])
+    + " WHERE excluded.finished >= cells.finished"
+)
+TEXT_COLUMNS = ("key", "study", "config", "version", "status", "rows", "summary", "figures")
+JSON_COLUMNS = {"config": dict, "rows": list, "summary": dict, "figures": list}
 LOCK_TIMEOUT = 600.0  # seconds a locked store is waited for before results are set aside
 ATTEMPT_TIMEOUT = 0.2  # SQLite's own busy wait per attempt; the back-off happens in Python
 MAX_BACKOFF = 1.0
@@ -66,6 +82,7 @@ HINT = "move it aside or use another results store"
 # SQLite result codes meaning the file cannot serve as the store: PERM, READONLY, IOERR,
 # CORRUPT, FULL, CANTOPEN, NOTADB
 UNUSABLE = (3, 8, 10, 11, 13, 14, 26)
+_RECOVERING = threading.Lock()  # one recovery at a time in this process (claims are per pid)
 
 
 class StoreError(Exception):
@@ -119,7 +136,8 @@ class ResultsStore:
         self.lock_timeout = lock_timeout
         if self.path.is_dir():
             raise StoreError(f"results store {self.path} is a folder, not a file")
-        self.pending_path = self.path.with_name(self.path.name + ".pending.jsonl")
+        self.pending_path = pending.pending_path(self.path)
+        self.rejected_path = pending.rejected_path(self.path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, timeout=ATTEMPT_TIMEOUT, isolation_level=None)
@@ -157,54 +175,77 @@ class ResultsStore:
         """Write one finished cell in one transaction (replacing a failed attempt), waiting for
         a lock held by another writer; :class:`StoreBusy` after ``lock_timeout`` seconds, or
         as soon as ``give_up()`` is true while waiting."""
-        self._write([_row(result)], give_up)
+        row = _row(result)
+        self._transaction(lambda db: db.execute(INSERT, row), give_up)
 
     def spill(self, result: CellResult) -> Path:
         """Set ``result`` aside in ``STORE.pending.jsonl`` (for a store that stays locked); the
         next store opened on this path adds it. Returns that file."""
-        with self.pending_path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(list(_row(result))) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        pending.append(self.pending_path, [json.dumps(list(_row(result))).encode()])
         return self.pending_path
 
     def add_pending(self) -> int:
-        """Add the results set aside by :meth:`spill` (one try: while the store is locked they
-        stay in the file); returns how many are still set aside."""
-        if not self.pending_path.exists():
-            return 0
-        claimed = self.pending_path.with_name(f"{self.pending_path.name}.{os.getpid()}")
-        try:
-            os.replace(self.pending_path, claimed)
-        except OSError:
-            return 0  # another process is adding them
-        rows = []
-        for line in claimed.read_text(encoding="utf-8").splitlines():
-            try:
-                row = tuple(json.loads(line))
-            except ValueError:
-                continue  # a line cut short by a kill: that result never finished writing
-            if len(row) == len(COLUMNS):
-                rows.append(row)
-        try:
-            self._write(rows, give_up=lambda: True)
-        except StoreBusy:
-            with self.pending_path.open("a", encoding="utf-8") as handle:
-                handle.writelines(json.dumps(list(row)) + "\n" for row in rows)
-            return len(rows)
-        finally:
-            claimed.unlink()
-        return 0
+        """Add the results set aside by :meth:`spill`, and those of a recovery killed midway;
+        returns how many still wait (one try: while the store is locked they stay set aside).
 
-    def _write(
-        self, rows: list[tuple[Any, ...]], give_up: Callable[[], bool] | None = None
+        Good lines are stored in one transaction before their file is deleted; bad ones (not
+        JSON, not a well-formed row, or refused by the store's constraints) are appended to
+        ``STORE.pending.rejected.jsonl`` and reported on stderr with their count."""
+        with _RECOVERING:
+            for claim in pending.claims(self.pending_path):
+                good, bad = _read_pending(claim)
+                try:
+                    refused = self._add_rows([row for _, _, row in good])
+                except StoreBusy:  # back in the queue: the next run adds them
+                    pending.append(self.pending_path, [line for _, line, _ in good])
+                    self._reject(bad)
+                    claim.unlink()
+                    break
+                self._reject(bad + [(good[i][1], f"{good[i][0]}: {why}") for i, why in refused])
+                claim.unlink()
+        return pending.waiting(self.pending_path)
+
+    def _add_rows(self, rows: list[tuple[Any, ...]]) -> list[tuple[int, str]]:
+        """Add set-aside rows in one transaction (no wait for a lock); the index and reason of
+        each row the store's constraints refuse."""
+        refused: list[tuple[int, str]] = []
+
+        def add(db: sqlite3.Connection) -> None:
+            refused.clear()
+            for index, row in enumerate(rows):
+                try:
+                    db.execute(ADD_PENDING, row)
+                except sqlite3.IntegrityError as exc:  # only this statement is undone
+                    refused.append((index, f"the store refuses it ({exc})"))
+
+        if rows:
+            self._transaction(add, give_up=lambda: True)
+        return refused
+
+    def _reject(self, bad: list[tuple[bytes, str]]) -> None:
+        """Keep ``bad`` lines in the rejected file and say so, with the first line's reason."""
+        if not bad:
+            return
+        pending.append(self.rejected_path, [line for line, _ in bad])
+        lines = "1 line" if len(bad) == 1 else f"{len(bad)} lines"
+        print(
+            f"warning: {lines} of {self.pending_path} could not be added to the results store "
+            f"and {'was' if len(bad) == 1 else 'were'} kept in {self.rejected_path} "
+            f"(first: {bad[0][1]})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def _transaction(
+        self, body: Callable[[sqlite3.Connection], Any], give_up: Callable[[], bool] | None
     ) -> None:
+        """Run ``body`` in one write transaction, retried while another writer holds the lock."""
         db = self._db
 
         def transaction() -> None:
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.executemany(INSERT, rows)
+                body(db)
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
@@ -320,6 +361,61 @@ def _row(result: CellResult) -> tuple[Any, ...]:
         json.dumps(result.figures),
         result.error,
     )
+
+
+def _read_pending(
+    path: Path,
+) -> tuple[list[tuple[str, bytes, tuple[Any, ...]]], list[tuple[bytes, str]]]:
+    """The lines of a claimed pending file: ``("line N", line, row)`` of each well-formed one,
+    and ``(line, "line N: reason")`` of each other."""
+    good: list[tuple[str, bytes, tuple[Any, ...]]] = []
+    bad: list[tuple[bytes, str]] = []
+    for number, line in enumerate(pending.read_lines(path), 1):
+        try:
+            good.append((f"line {number}", line, _pending_row(line)))
+        except ValueError as exc:
+            bad.append((line, f"line {number}: {exc}"))
+    return good, bad
+
+
+def _pending_row(line: bytes) -> tuple[Any, ...]:
+    """One set-aside line (a JSON list of the ``cells`` columns, as :meth:`ResultsStore.spill`
+    writes it) as a row; ``ValueError`` saying what is wrong. The status is left to the
+    table's own check."""
+    try:
+        values = json.loads(line.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError is one too
+        raise ValueError(f"not a JSON line ({exc})") from exc
+    if not isinstance(values, list) or len(values) != len(COLUMNS):
+        raise ValueError(f"not a JSON list of the {len(COLUMNS)} columns {', '.join(COLUMNS)}")
+    row = dict(zip(COLUMNS, values, strict=True))
+    for name in TEXT_COLUMNS:
+        if not isinstance(row[name], str):
+            raise ValueError(f"{name}: expected text, got {type(row[name]).__name__}")
+    check_seed("seed", row["seed"])
+    for name in ("started", "finished", "seconds"):
+        value = row[name]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise ValueError(f"{name}: expected a finite number of seconds, got {value!r}")
+    if row["error"] is not None and not isinstance(row["error"], str):
+        raise ValueError(f"error: expected text or null, got {type(row['error']).__name__}")
+    decoded = {}
+    for name, kind in JSON_COLUMNS.items():
+        try:
+            decoded[name] = json.loads(row[name])
+        except ValueError as exc:
+            raise ValueError(f"{name}: not JSON ({exc})") from exc
+        if not isinstance(decoded[name], kind):
+            raise ValueError(f"{name}: expected a JSON {kind.__name__}")
+    if not all(isinstance(item, dict) for item in decoded["rows"]):
+        raise ValueError("rows: expected a JSON list of objects")
+    if row["key"] != cell_key(row["study"], decoded["config"], row["seed"], row["version"]):
+        raise ValueError("key: does not match the study, config, seed and version")
+    return tuple(values)
 
 
 def _scalar(value: Any) -> Any:

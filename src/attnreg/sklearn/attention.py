@@ -16,7 +16,8 @@ from attnreg.core.threads import torch_threads
 from attnreg.core.validation import check_choice, check_positive, check_positive_int
 from attnreg.core.whitening import RankWarning
 from attnreg.models.regressors import QK_MODES, VARIANTS, AttentionRegression
-from attnreg.training import PlateauWarning, TrainConfig, train
+from attnreg.plateaus import PlateauWarning
+from attnreg.training import TrainConfig, train
 
 
 class AttentionRegressor(RegressorMixin, BaseEstimator):

@@ -45,7 +45,13 @@ import torch
 
 from attnreg.core.threads import torch_threads
 from attnreg.data.patterns import flip_bits, random_binary
-from attnreg.memory import EnergyMemory, dam_capacity_theory, family_step, whitened_patterns
+from attnreg.memory import (
+    EnergyMemory,
+    dam_capacity_theory,
+    family_decode,
+    family_step,
+    whitened_patterns,
+)
 from attnreg.studies.capacity import families as fam
 from attnreg.studies.capacity.config import CapacityConfig
 from attnreg.studies.capacity.sweeps import SMALL_WORK, search_capacity
@@ -121,7 +127,7 @@ def energy_rates(family: EnergyFamily, config: CapacityConfig) -> RateFn:
         whitened = whitened_patterns(k)
         beta = beta0 * math.sqrt(n)
         state = family_step(q, whitened, family.energy, power=family.power, beta=beta)
-        pattern = (state @ whitened.mT) @ k  # S^{1/2} ξ₁ = Kᵀ F'(s)
+        pattern = family_decode(state, whitened, k)  # S^{1/2} ξ₁ = Kᵀ F'(s)
         hits = [(torch.sign(r) == target).all(dim=-1) for r in (state, pattern)]
         return float(hits[0].double().mean()), float(hits[1].double().mean())
 

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from attnreg.core.attention import SEPARATIONS
+from attnreg.core.scores import UHN_SEPARATIONS as SEPARATIONS
 from attnreg.memory import GRID_SIMILARITIES
 from attnreg.studies.capacity.config import CapacityConfig
 from attnreg.studies.capacity.families import DIGITS_PANEL_CELLS

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from attnreg.core.attention import SEPARATIONS
+from attnreg.core.scores import UHN_SEPARATIONS as SEPARATIONS
 from attnreg.core.threads import torch_threads
 from attnreg.memory import GRID_SIMILARITIES
 from attnreg.studies.capacity import families as fam

@@ -22,6 +22,8 @@ al. 2022's Universal Hopfield form; Krotov & Hopfield 2016; Ramsauer et al. 2021
   training rows (fit rows as the context, ``S`` from them, validation rows as queries), then
   applied with all training rows as the context.
 
+Weights and predictions are computed by the attention core (:func:`density_attention`).
+
 Measured per data mode and separation: the *recall* error — the training rows queried against
 a memory that holds them, ``mean_i (ŷ(x_i) − y_i)²`` (a memory that memorises recalls its
 values, error → 0) — the mean weight a training row puts on itself, and the *test* MSE (test
@@ -37,6 +39,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnreg.core import associate
+from attnreg.core.validation import check_choice
 from attnreg.data.regression import RegressionData
 from attnreg.estimators import Ridge
 from attnreg.studies.common import FigureRecord, Section
@@ -46,33 +50,46 @@ from attnreg.studies.compare.metrics import mse
 SECTION = "density"
 SEED_TAG = 2  # the section's stream: numpy SeedSequence([config.seed, SEED_TAG])
 
+SEPARATIONS = ("identity", "power", "softmax")
 QUESTION = "memory density: do associative memories memorise, and regression generalise?"
 
 Predictor = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
 
 
-def whitened_similarity(x_ctx: torch.Tensor, x_query: torch.Tensor) -> torch.Tensor:
-    """``s = X* S⁺ Xᵀ`` with ``S = XᵀX/N`` from the context ``X (N, d)``: ``(M, N)``."""
-    s = x_ctx.mT @ x_ctx / x_ctx.shape[-2]
-    return x_query @ torch.linalg.pinv(s, hermitian=True) @ x_ctx.mT
+def density_attention(
+    x_ctx: torch.Tensor,
+    y_ctx: torch.Tensor,
+    x_query: torch.Tensor,
+    separation: str,
+    power: int = 2,
+    beta: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ŷ, w)``: the prediction ``ŷ(x*) = Σ_i w_i(x*) y_i`` (``(M, dy)``) and the weights
+    ``w (M, N)`` for ``X (N, d)``, ``Y (N, dy)``, ``X* (M, d)`` (module docstring), both from
+    the attention core (:func:`attnreg.core.associate`, whitened dot).
 
-
-def density_weights(
-    sim: torch.Tensor, separation: str, power: int = 2, beta: float = 1.0
-) -> torch.Tensor:
-    """The weights ``w (M, N)`` of a separation on similarities ``sim (M, N)`` (module
-    docstring): ``"identity"`` ``s/N``; ``"power"`` ``sign(s)ⁿ|s|ⁿ / Σ_j |s_j|ⁿ``;
-    ``"softmax"`` ``softmax(β s)`` over the context rows."""
-    if separation == "identity":
-        return sim / sim.shape[-1]
+    The core's whitened metric is ``(XᵀX)⁺ = S⁺/N``, so its similarity is ``s/N``: identity
+    separation gives ``w = s/N``; ``"power"`` is the core's ``power`` (even ``n``) or
+    ``signed_power`` (odd ``n``) separation with ``normalize``, i.e. ``sⁿ / Σ_j |s_j|ⁿ``, which
+    does not depend on the factor ``1/N``; ``"softmax"`` takes ``β N`` as the core's β."""
+    check_choice("separation", separation, SEPARATIONS)
+    core_separation, normalize, core_beta = separation, False, 1.0
     if separation == "power":
-        p = sim.pow(power)
-        return p / p.abs().sum(-1, keepdim=True).clamp_min(torch.finfo(sim.dtype).tiny)
-    if separation == "softmax":
-        return torch.softmax(beta * sim, dim=-1)
-    raise ValueError(
-        f"separation: unknown value {separation!r}; valid values are identity, power, softmax"
+        core_separation, normalize = ("signed_power" if power % 2 else "power"), True
+    elif separation == "softmax":
+        core_beta = beta * x_ctx.shape[-2]
+    prediction, weights = associate(
+        x_query,
+        x_ctx,
+        y_ctx,
+        similarity="whitened_dot",
+        separation=core_separation,
+        beta=core_beta,
+        power=power,
+        normalize=normalize,
+        return_weights=True,
     )
+    return prediction, weights
 
 
 def density_predict(
@@ -83,9 +100,9 @@ def density_predict(
     power: int = 2,
     beta: float = 1.0,
 ) -> torch.Tensor:
-    """``ŷ(x*) = Σ_i w_i(x*) y_i`` for ``X (N, d)``, ``Y (N, dy)``, ``X* (M, d)`` → ``(M, dy)``."""
-    weights = density_weights(whitened_similarity(x_ctx, x_query), separation, power, beta)
-    return weights @ y_ctx
+    """``ŷ(x*) = Σ_i w_i(x*) y_i`` for ``X (N, d)``, ``Y (N, dy)``, ``X* (M, d)`` → ``(M, dy)``
+    (:func:`density_attention`)."""
+    return density_attention(x_ctx, y_ctx, x_query, separation, power, beta)[0]
 
 
 def validation_split(n: int, fraction: float, rng: np.random.Generator) -> tuple[Any, Any]:
@@ -135,7 +152,6 @@ def measure_mode(
     y = torch.from_numpy(data.y_train)
     xt, yt = torch.from_numpy(data.x_test), torch.from_numpy(data.y_test)
     ridge_test = mse(Ridge(cfg.ridge).predict(x, y, xt), yt)
-    sim_train, sim_test = whitened_similarity(x, x), whitened_similarity(x, xt)
     n = x.shape[0]
 
     def soft(xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor, beta: float) -> torch.Tensor:
@@ -145,9 +161,9 @@ def measure_mode(
     rows = []
     for label, separation, power in _operators(cfg):
         b = beta if separation == "softmax" else 1.0
-        w_train = density_weights(sim_train, separation, power, b)
-        w_test = density_weights(sim_test, separation, power, b)
-        test, recall = mse(w_test @ y, yt), mse(w_train @ y, y)
+        recalled, w_train = density_attention(x, y, x, separation, power, b)
+        predicted, _ = density_attention(x, y, xt, separation, power, b)
+        test, recall = mse(predicted, yt), mse(recalled, y)
         rows.append(
             {
                 "section": SECTION,
@@ -166,15 +182,13 @@ def measure_mode(
         )
     path = []
     for b, val in val_path:
-        w_train = density_weights(sim_train, "softmax", beta=b)
-        w_test = density_weights(sim_test, "softmax", beta=b)
         path.append(
             {
                 "data": data.name,
                 "beta": b,
                 "validation_mse": val,
-                "recall_mse": mse(w_train @ y, y),
-                "test_mse": mse(w_test @ y, yt),
+                "recall_mse": mse(density_predict(x, y, x, "softmax", beta=b), y),
+                "test_mse": mse(density_predict(x, y, xt, "softmax", beta=b), yt),
             }
         )
     return rows, path

@@ -18,6 +18,9 @@ context = the training rows ``X (N, d)``, queries = the test rows:
 * ``whitened`` — ``x*ᵀ S⁻¹ Xᵀ / N``, ``S = XᵀX/N`` (pseudo-inverse; the OLS hat row);
 * ``softmax`` — ``softmax(x*ᵀ Xᵀ / √d)``.
 
+The three attention operators are computed by the attention core (their weights read from
+it); the ridge hat is the estimator's closed form.
+
 Both measures are invariant to a positive rescaling of ``a``, so the operators' ``1/N`` factors
 do not matter. Rows: one per data mode × operator with the median and quartiles of PR and the
 median relative distance over the queries.
@@ -25,16 +28,17 @@ median relative distance over the queries.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import torch
 
+from attnreg.core import associate
+from attnreg.core.validation import check_choice
 from attnreg.data.regression import RegressionData
 from attnreg.studies.common import FigureRecord, Section
 from attnreg.studies.compare.config import CompareConfig
-from attnreg.studies.compare.metrics import hat_matrix, inverse_covariance
+from attnreg.studies.compare.metrics import hat_matrix
 
 SECTION = "locality"
 QUESTION = "global or local: how many context rows does a query's attention row draw on?"
@@ -58,17 +62,30 @@ def relative_distance(a: torch.Tensor, x_ctx: torch.Tensor, x_query: torch.Tenso
 def operator_weights(
     name: str, x_ctx: torch.Tensor, x_query: torch.Tensor, ridge: float
 ) -> torch.Tensor:
-    """The ``(M, N)`` weights of the operator ``name`` (module docstring)."""
-    n, d = x_ctx.shape
+    """The ``(M, N)`` weights of the operator ``name`` (module docstring). The ridge hat is the
+    closed form :func:`~attnreg.studies.compare.metrics.hat_matrix`; the attention operators'
+    weights are read from the attention core (:func:`attnreg.core.associate`,
+    ``return_weights``): dot similarity with ``β = 1/N``, whitened dot with the core's metric
+    ``(XᵀX)⁺ = S⁻¹/N``, and scaled dot with softmax."""
+    check_choice("operator", name, OPERATORS)
     if name == "ridge hat":
         return hat_matrix(x_ctx, ridge, x_query)
-    if name == "regression-like":
-        return x_query @ x_ctx.mT / n
-    if name == "whitened":
-        return x_query @ inverse_covariance(x_ctx) @ x_ctx.mT / n
-    if name == "softmax":
-        return torch.softmax(x_query @ x_ctx.mT / math.sqrt(d), dim=-1)
-    raise ValueError(f"operator: unknown value {name!r}; valid values are {OPERATORS}")
+    similarity, separation, beta = {
+        "regression-like": ("dot", "identity", 1.0 / x_ctx.shape[0]),
+        "whitened": ("whitened_dot", "identity", 1.0),
+        "softmax": ("scaled_dot", "softmax", 1.0),
+    }[name]
+    values = x_ctx.new_zeros(x_ctx.shape[0], 1)  # the weights do not depend on the values
+    _, weights = associate(
+        x_query,
+        x_ctx,
+        values,
+        similarity=similarity,
+        separation=separation,
+        beta=beta,
+        return_weights=True,
+    )
+    return weights
 
 
 def measure_mode(

@@ -35,11 +35,12 @@ from attnreg.constructions import OLSTransformer
 from attnreg.core.threads import torch_threads
 from attnreg.data.regression import RegressionData, simple_linear
 from attnreg.models.regressors import TrainableOLSTransformer
+from attnreg.plateaus import PlateauWarning
 from attnreg.studies.common import FigureRecord
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import best_scale_distance, mse
 from attnreg.studies.compare.train import load_mode
-from attnreg.training import PlateauWarning, TrainConfig, train
+from attnreg.training import TrainConfig, train
 
 SHIFTS = ("mean", "scale", "covariance")
 

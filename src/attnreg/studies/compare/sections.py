@@ -14,8 +14,10 @@ small layers per data mode) with generators seeded from ``config.seed``:
   regression operator: memorise or generalise;
 * ``memories`` (:mod:`~attnreg.studies.compare.memories`) — the OLS-Transformer's slow and
   fast memory swapped between two contexts;
-* ``tang`` (:mod:`~attnreg.studies.compare.tang`) — whitened vs plain similarity on correlated
-  patterns; scale vs correlation in attention regression;
+* ``tang`` — two sections, one claim each, whose rows both carry ``"section": "tang"`` (and a
+  ``"part"``): whitened vs plain similarity on correlated patterns
+  (:mod:`~attnreg.studies.compare.tang_retrieval`); scale vs correlation in attention
+  regression (:mod:`~attnreg.studies.compare.tang_scaling`);
 * ``locality`` (:mod:`~attnreg.studies.compare.locality`) — participation ratio and distance
   of the rows each query draws on.
 """
@@ -26,7 +28,14 @@ from collections.abc import Callable
 
 from attnreg.data.regression import RegressionData
 from attnreg.studies.common import Section
-from attnreg.studies.compare import conventions, density, locality, memories, tang
+from attnreg.studies.compare import (
+    conventions,
+    density,
+    locality,
+    memories,
+    tang_retrieval,
+    tang_scaling,
+)
 from attnreg.studies.compare.config import CompareConfig
 
 SectionFn = Callable[[CompareConfig, dict[str, RegressionData]], Section]
@@ -35,6 +44,7 @@ SECTIONS: list[tuple[str, SectionFn]] = [
     ('"Everything is matter" conventions', conventions.section),
     ("memory density vs generalisation", density.section),
     ("slow and fast memory", memories.section),
-    ("Tang: correlation and scale", tang.section),
+    ("Tang: correlated-pattern retrieval", tang_retrieval.section),
+    ("Tang: scale vs correlation", tang_scaling.section),
     ("global vs local attention rows", locality.section),
 ]

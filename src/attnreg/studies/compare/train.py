@@ -14,6 +14,7 @@ from attnreg.core.threads import torch_threads
 from attnreg.data.regression import RegressionData, load_regression
 from attnreg.estimators import OLS, Ridge
 from attnreg.models.regressors import AttentionRegression
+from attnreg.plateaus import PlateauWarning
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import (
     cosine,
@@ -22,7 +23,7 @@ from attnreg.studies.compare.metrics import (
     mse,
     relative_frobenius,
 )
-from attnreg.training import PlateauWarning, TrainConfig, TrainResult, train
+from attnreg.training import TrainConfig, TrainResult, train
 
 
 def split_rows(

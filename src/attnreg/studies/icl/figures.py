@@ -137,11 +137,12 @@ def make_figures(
         ]
     gauss = models.get("lsa-1-gaussian")
     if isinstance(gauss, TrainableLSA) and "gaussian" in refs:
-        d = gauss.d
-        kq, pv = gauss.key_query(0)[0].detach(), gauss.value_projection(0)[0].detach()
-        effective = -pv[d:, d:].mean() * kq[:d, :d]  # the Γ the layer applies (η = 1)
+        effective = gauss.step_matrix()  # the Γ the layer applies (η = 1)
         gamma = optimal_preconditioner(make_sampler(cfg, "gaussian").input_covariance, cfg.n_ctx)
-        panels += [("lsa-1-gaussian −PV_yy·KQ_xx", effective), ("optimal Γ* (Ahn et al.)", gamma)]
+        panels += [
+            ("lsa-1-gaussian learned Γ", effective),
+            ("optimal Γ* (Ahn et al.)", gamma),
+        ]
     if panels:
         cols = 2
         rows_n = (len(panels) + 1) // cols

@@ -127,12 +127,13 @@ def interpolation_loss(model: TrainableLSA, eta: float, test: Tasks) -> float | 
 
 
 def preconditioner_cosine(model: TrainableLSA, sampler: TaskSampler) -> float:
-    """Cosine between the preconditioner a one-layer LSA applies, ``−Σ_h PV_h[y,y] KQ_h[x,x]``,
-    and the optimal ``Γ*`` of Ahn et al. (2023), both flattened (1 = the same up to scale)."""
-    d = model.d
-    kq, pv = model.key_query(0).detach().double(), model.value_projection(0).detach().double()
-    learned = -(pv[:, d:, d:].mean((-2, -1)).view(-1, 1, 1) * kq[:, :d, :d]).sum(0)
+    """Cosine between the preconditioner a one-layer LSA applies (its summed heads'
+    :meth:`~attnreg.models.TrainableLSA.step_matrix` ``Γ``) and the optimal ``Γ*`` of Ahn et
+    al. (2023), both flattened (1 = the same up to scale)."""
+    learned = model.step_matrix()
     optimal = optimal_preconditioner(sampler.input_covariance, sampler.n_ctx)
     return float(
-        torch.nn.functional.cosine_similarity(learned.reshape(1, -1), optimal.reshape(1, -1))
+        torch.nn.functional.cosine_similarity(
+            learned.reshape(1, -1), optimal.to(learned.dtype).reshape(1, -1)
+        )
     )

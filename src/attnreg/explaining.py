@@ -1,4 +1,5 @@
-"""``explain`` — which estimator does this attention layer compute?
+"""Which estimator does this attention layer compute? :func:`explain` (exported as
+``attnreg.explain``) and the family fitting behind it.
 
 Given any predictor with the one signature ``predict(x_ctx, y_ctx, x_query)`` (a trained
 model, a construction, an estimator), fit the nearest member of each estimator family to its
@@ -25,13 +26,18 @@ The same fitting serves the ``icl`` study, which fits each family to the *true* 
 
 Best family: among the families whose ``R²`` is within ``tol`` of the highest, the first in
 the order above (fewest parameters first) — the simplest estimator that explains the layer.
+
+No family explains the predictor (``best`` is ``None``) when
+
+* its outputs on the held-out tasks have zero variance (a constant or zero predictor): ``R²``
+  divides by ``Σ(p − p̄)² = 0`` and is undefined (``NaN``), whatever the family; or
+* the highest ``R²`` is below ``min_r2`` (default 0.5: the best family accounts for less than
+  half of the variance of the predictor's outputs on the held-out tasks).
 """
 
 from __future__ import annotations
 
 import math
-import sys
-import types
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -88,11 +94,12 @@ def _describe(params: dict[str, Any]) -> str:
 
 
 def agreement(f: torch.Tensor, p: torch.Tensor) -> tuple[float, float, float]:
-    """``(R², cosine, MSE)`` of predictions ``f`` against reference outputs ``p``."""
+    """``(R², cosine, MSE)`` of predictions ``f`` against reference outputs ``p``:
+    ``R² = 1 − Σ(f − p)² / Σ(p − p̄)²`` is ``NaN`` (undefined) when ``p`` is constant."""
     f64, p64 = f.detach().to(torch.float64).reshape(-1), p.detach().to(torch.float64).reshape(-1)
     res = float((f64 - p64).pow(2).sum())
     tot = float((p64 - p64.mean()).pow(2).sum())
-    r2 = 1 - res / tot if tot > 0 else (1.0 if res == 0 else -math.inf)
+    r2 = 1 - res / tot if tot > 0 else math.nan
     denom = float(f64.norm() * p64.norm())
     cos = float(f64 @ p64) / denom if denom > 0 else 0.0
     return r2, cos, res / f64.numel()
@@ -224,11 +231,13 @@ def _fit_preconditioner(
 
 @dataclass
 class Explanation:
-    """Every family's fit and the best family (see the module docstring for the rule)."""
+    """Every family's fit and the best family (see the module docstring for the rule):
+    ``best`` is ``None`` when no family explains the predictor, and :meth:`verdict` says why."""
 
     fits: list[FamilyFit]
-    best: str
+    best: str | None
     tol: float
+    min_r2: float = 0.5
 
     def fit(self, family: str) -> FamilyFit:
         for f in self.fits:
@@ -239,6 +248,54 @@ class Explanation:
     def rows(self) -> list[dict[str, Any]]:
         return [{**f.row(), "best": f.family == self.best} for f in self.fits]
 
+    def verdict(self) -> str:
+        """The best family's name, or ``"no family explains it"`` and the reason."""
+        if self.best is not None:
+            return self.best
+        defined = [f.r2 for f in self.fits if not math.isnan(f.r2)]
+        if not defined:
+            return (
+                "no family explains it (its outputs on the held-out tasks have zero variance: "
+                "R² is undefined)"
+            )
+        return (
+            f"no family explains it (highest held-out R² {max(defined):.4g} < min_r2 "
+            f"{self.min_r2:g})"
+        )
+
+
+def _tasks_of(tasks: Any) -> tuple[Any, Any, Any]:
+    """``(x_ctx, y_ctx, x_query)`` of a tasks object or a 3-tuple."""
+    if isinstance(tasks, tuple | list):
+        if len(tasks) != 3:
+            raise ValueError(f"tasks: expected (x_ctx, y_ctx, x_query), got {len(tasks)} items")
+        return tasks[0], tasks[1], tasks[2]
+    return tasks.x_ctx, tasks.y_ctx, tasks.x_query
+
+
+def _predictions(
+    predictor: Predictor | Callable[..., torch.Tensor],
+    xc: torch.Tensor,
+    yc: torch.Tensor,
+    xq: torch.Tensor,
+) -> torch.Tensor:
+    """``predictor``'s outputs on the tasks as float64 ``(B, M, dy)``; a ``ValueError`` naming
+    ``predictor`` for another shape or a NaN/Inf."""
+    predict = predictor.predict if hasattr(predictor, "predict") else predictor
+    with torch.no_grad():
+        out = torch.as_tensor(predict(xc, yc, xq)).to(torch.float64)
+    expected = (xq.shape[0], xq.shape[1], yc.shape[-1])
+    if tuple(out.shape) != expected:
+        raise ValueError(
+            f"predictor: returned shape {tuple(out.shape)}; expected (B, M, dy) = {expected} "
+            f"for x_ctx {tuple(xc.shape)}, y_ctx {tuple(yc.shape)}, x_query {tuple(xq.shape)}"
+        )
+    if not bool(torch.isfinite(out).all()):
+        raise ValueError(
+            "predictor: its predictions on the tasks contain NaN or Inf; nothing to explain"
+        )
+    return out
+
 
 def explain(
     predictor: Predictor | Callable[..., torch.Tensor],
@@ -246,65 +303,42 @@ def explain(
     steps: int = 1,
     families: tuple[str, ...] = FAMILIES,
     tol: float = 1e-3,
+    min_r2: float = 0.5,
 ) -> Explanation:
     """Which estimator does ``predictor`` compute? Fit every family in ``families`` to its
-    predictions on ``tasks`` (an object with ``x_ctx, y_ctx, x_query`` — e.g.
-    :class:`attnreg.data.tasks.Tasks` — or a tuple ``(x_ctx, y_ctx, x_query)``), with ``steps``
-    steps for the iterative families; the best family is the simplest whose ``R²`` is within
-    ``tol`` of the highest."""
+    predictions on half of ``tasks`` (an object with ``x_ctx, y_ctx, x_query`` — e.g.
+    :class:`attnreg.data.tasks.Tasks` — or a tuple ``(x_ctx, y_ctx, x_query)``; at least 2
+    tasks), with ``steps`` steps for the iterative families, and score each fit by its ``R²``
+    on the other half. The best family is the simplest whose ``R²`` is within ``tol`` of the
+    highest; none (``best=None``) if the predictor's held-out outputs have zero variance (``R²``
+    undefined) or the highest ``R²`` is below ``min_r2``.
+
+    ``predictor`` is an object with ``predict(x_ctx, y_ctx, x_query)`` or such a callable; on
+    the batched tasks it must return ``(B, M, dy)`` finite values (else a ``ValueError`` naming
+    ``predictor``)."""
     check_nonnegative("tol", tol)
-    if isinstance(tasks, tuple | list):
-        if len(tasks) != 3:
-            raise ValueError(f"tasks: expected (x_ctx, y_ctx, x_query), got {len(tasks)} items")
-        x_ctx, y_ctx, x_query = tasks
-    else:
-        x_ctx, y_ctx, x_query = tasks.x_ctx, tasks.y_ctx, tasks.x_query
-    xc, yc, xq, _ = check_tasks(x_ctx, y_ctx, x_query, dtype=torch.float64)
-    predict = predictor.predict if hasattr(predictor, "predict") else predictor
-    with torch.no_grad():
-        out = (
-            torch.as_tensor(predict(xc, yc, xq))
-            .to(torch.float64)
-            .reshape(xq.shape[0], xq.shape[1], -1)
-        )
-    if not bool(torch.isfinite(out).all()):
-        raise ValueError(
-            "predictor: its predictions on the tasks contain NaN or Inf; nothing to explain"
-        )
+    if not isinstance(min_r2, int | float) or math.isnan(min_r2) or min_r2 > 1:
+        raise ValueError(f"min_r2: must be a number <= 1 (R² never exceeds 1), got {min_r2!r}")
+    xc, yc, xq, _ = check_tasks(*_tasks_of(tasks), dtype=torch.float64)
     if xc.shape[0] < 2:
         raise ValueError(
             f"tasks: need at least 2 tasks (half to fit, half to score), got {xc.shape[0]}"
         )
-    half = xc.shape[0] // 2
-    fits = []
-    for family in sorted(families, key=lambda f: FAMILIES.index(f) if f in FAMILIES else -1):
+    out = _predictions(predictor, xc, yc, xq)
+    for family in families:
         if family not in FAMILIES:
             raise ValueError(
                 f"families: unknown value {family!r}; valid names are {', '.join(FAMILIES)}"
             )
-        fits.append(
-            fit_family(
-                family,
-                xc[:half],
-                yc[:half],
-                xq[:half],
-                out[:half],
-                steps,
-                score=(xc[half:], yc[half:], xq[half:], out[half:]),
-            )
-        )
-    top = max(f.r2 for f in fits)
-    best = next(f.family for f in fits if f.r2 >= top - tol)
-    return Explanation(fits, best, tol)
-
-
-class _CallableModule(types.ModuleType):
-    """``attnreg.explain`` is this module once it is imported (Python binds a package's
-    submodules as its attributes), so calling it calls :func:`explain`: ``attnreg.explain(
-    predictor, tasks)`` works whichever of the function or the module the name resolves to."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Explanation:
-        return explain(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+    half = xc.shape[0] // 2
+    held_out = (xc[half:], yc[half:], xq[half:], out[half:])
+    fits = [
+        fit_family(family, xc[:half], yc[:half], xq[:half], out[:half], steps, score=held_out)
+        for family in sorted(families, key=FAMILIES.index)
+    ]
+    defined = [f for f in fits if not math.isnan(f.r2)]
+    top = max((f.r2 for f in defined), default=math.nan)
+    best = None
+    if defined and top >= min_r2:
+        best = next(f.family for f in defined if f.r2 >= top - tol)
+    return Explanation(fits, best, tol, min_r2)

@@ -1,0 +1,44 @@
+"""Every sequence layer is a regression (Wang, Shi & Fox 2025, "Test-time regression").
+
+At every position t each layer fits a regression to the past keys and values ``(k_i, v_i)``,
+``i ≤ t``, and reads it out at the query ``q_t``: linear attention and its decayed forms (one
+gradient step on a weighted least-squares loss), the delta rule (online least squares) and
+Gated DeltaNet (with weight decay), Longhorn (the implicit online step), Mesa (decayed ridge
+solved exactly), softmax attention (the Nadaraya–Watson smoother) and local linear attention
+(the kernel-weighted local-linear fit). One contract: ``layer(q, k, v, …) -> o`` with shapes
+``(B, H, T, d_k), (B, H, T, d_k), (B, H, T, d_v) -> (B, H, T, d_v)``.
+"""
+
+from attnreg.sequence.layers import (
+    delta_rule,
+    linear_attention,
+    local_linear_attention,
+    longhorn,
+    mesa,
+    softmax_attention,
+)
+from attnreg.sequence.modules import (
+    DeltaRuleLayer,
+    LinearAttentionLayer,
+    LocalLinearAttentionLayer,
+    LonghornLayer,
+    MesaNetLayer,
+    SequenceLayer,
+    SoftmaxAttentionLayer,
+)
+
+__all__ = [
+    "DeltaRuleLayer",
+    "LinearAttentionLayer",
+    "LocalLinearAttentionLayer",
+    "LonghornLayer",
+    "MesaNetLayer",
+    "SequenceLayer",
+    "SoftmaxAttentionLayer",
+    "delta_rule",
+    "linear_attention",
+    "local_linear_attention",
+    "longhorn",
+    "mesa",
+    "softmax_attention",
+]

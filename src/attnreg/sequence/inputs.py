@@ -1,0 +1,102 @@
+"""Input checks shared by the sequence layers: ``q, k, v`` and the per-token parameters.
+
+``q (B, H, T, d_k)``, ``k (B, H, T, d_k)``, ``v (B, H, T, d_v)``, torch or numpy, float32 or
+float64 (integers become float64; float16 / bfloat16 are refused by
+:func:`attnreg.core.validation.as_tensor`). A per-token parameter (``beta``, ``decay``) is a
+number, a per-head constant ``(H,)``, or one value per token ``(B, H, T)``; it is returned as a
+``(B, H, T)`` tensor (a broadcast view) in the common dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from attnreg.core.validation import ArrayLike, as_tensor, check_choice, result_dtype
+
+MODES = ("chunk", "recurrent")
+
+
+def _parameter(name: str, value: float | ArrayLike, ndim: tuple[int, ...]) -> torch.Tensor:
+    """``value`` checked by :func:`as_tensor`; a plain number stays a 0-d tensor."""
+    if isinstance(value, int | float | np.number) and not isinstance(value, bool):
+        value = torch.tensor(float(value), dtype=torch.float64)
+    return as_tensor(name, value, ndim=ndim)
+
+
+def check_qkv(
+    q: ArrayLike, k: ArrayLike, v: ArrayLike
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Validated ``q, k, v`` in one dtype (the widest of the three), with agreeing shapes."""
+    qt = as_tensor("q", q, ndim=(4,))
+    kt = as_tensor("k", k, ndim=(4,))
+    vt = as_tensor("v", v, ndim=(4,))
+    if qt.shape != kt.shape:
+        raise ValueError(
+            f"q and k must have the same shape (B, H, T, d_k): q {tuple(qt.shape)}, "
+            f"k {tuple(kt.shape)}"
+        )
+    if vt.shape[:3] != kt.shape[:3]:
+        raise ValueError(
+            f"v must agree with k on (B, H, T): k {tuple(kt.shape)}, v {tuple(vt.shape)}"
+        )
+    dtype = result_dtype(qt, kt, vt)
+    return qt.to(dtype), kt.to(dtype), vt.to(dtype)
+
+
+def per_token(
+    name: str,
+    value: float | ArrayLike,
+    like: torch.Tensor,
+    *,
+    low: float,
+    high: float = float("inf"),
+    open_low: bool = False,
+) -> torch.Tensor:
+    """``value`` as a ``(B, H, T)`` tensor for ``like`` of shape ``(B, H, T, ·)``; every entry
+    must lie in ``[low, high]`` (``(low, high]`` with ``open_low``)."""
+    b, h, t = like.shape[:3]
+    tensor = _parameter(name, value, (0, 1, 3)).to(like.dtype)
+    if tensor.ndim == 1 and tensor.shape[0] != h:
+        raise ValueError(
+            f"{name}: a per-head value must have shape (H,) = ({h},), got {tuple(tensor.shape)}"
+        )
+    if tensor.ndim == 3 and tuple(tensor.shape) != (b, h, t):
+        raise ValueError(
+            f"{name}: a per-token value must have shape (B, H, T) = {(b, h, t)}, "
+            f"got {tuple(tensor.shape)}"
+        )
+    below = tensor <= low if open_low else tensor < low
+    if bool(below.any()) or bool((tensor > high).any()):
+        left = "(" if open_low else "["
+        raise ValueError(f"{name}: every value must lie in {left}{low:g}, {high:g}]")
+    if tensor.ndim == 1:
+        tensor = tensor.view(1, h, 1)
+    return tensor.expand(b, h, t)
+
+
+def check_lam(lam: float | ArrayLike, like: torch.Tensor) -> torch.Tensor:
+    """The ridge ``λ > 0``: a number or one value per head and key coordinate ``(H, d_k)``
+    (MesaNet's convention); returned as an ``(H, d_k)`` tensor in ``like``'s dtype."""
+    h, d = like.shape[1], like.shape[-1]
+    tensor = _parameter("lam", lam, (0, 2)).to(like.dtype)
+    if tensor.ndim == 2 and tuple(tensor.shape) != (h, d):
+        raise ValueError(
+            f"lam: expected a number or shape (H, d_k) = {(h, d)}, got {tuple(tensor.shape)}"
+        )
+    if bool((tensor <= 0).any()):
+        raise ValueError("lam: every value must be > 0 (the ridge keeps each solve well posed)")
+    return tensor.expand(h, d)
+
+
+def check_mode(mode: str) -> str:
+    """``"chunk"`` (block-parallel form) or ``"recurrent"`` (token by token)."""
+    return check_choice("mode", mode, MODES)
+
+
+def check_scale(scale: float) -> float:
+    """The query scale: a finite number (the layers apply no other scaling to the queries)."""
+    value = float(scale)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"scale: must be a finite number, got {scale!r}")
+    return value

@@ -1,0 +1,253 @@
+"""Every sequence layer is a regression: the public layer functions.
+
+One contract: ``layer(q, k, v, …) -> o`` with ``q, k (B, H, T, d_k)``, ``v (B, H, T, d_v)`` and
+``o (B, H, T, d_v)``; position t uses only the tokens ``i ≤ t``. Inputs may be torch tensors or
+numpy arrays, float32 or float64 (computed in the widest of the three); per-token parameters
+(``beta``, ``decay``) are numbers, per-head constants ``(H,)`` or ``(B, H, T)`` tensors. A
+``decay`` is the factor ``α_t ∈ (0, 1]`` applied to the state before token t is written. The
+queries are scaled by ``scale`` (default 1) and by nothing else. ``mode="chunk"`` (default)
+computes the block-parallel form, ``mode="recurrent"`` the token-by-token recurrence; both give
+the same numbers up to rounding.
+
+Each layer's output is ``o_t = f̂_t(q_t)``, the read-out at the query of a regression fitted to
+the past pairs ``(k_i, v_i)``, ``i ≤ t`` (Wang, Shi & Fox 2025, "Test-time regression",
+arXiv 2501.12352); the docstrings state the regression weights ``γ_{t,i}``, the function class
+and the optimiser. Written with the map ``W`` (``d_v × d_k``) the states below are ``S = Wᵀ``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnreg.core.validation import ArrayLike, check_finite_result, check_positive
+from attnreg.sequence.chunked import (
+    delta_chunked,
+    diagonal_chunked,
+    linear_chunked,
+    mesa_chunked,
+)
+from attnreg.sequence.inputs import check_lam, check_mode, check_qkv, check_scale, per_token
+from attnreg.sequence.kernel import local_linear, softmax_fused
+from attnreg.sequence.recurrent import (
+    delta_recurrent,
+    diagonal_longhorn_recurrent,
+    linear_recurrent,
+    mesa_recurrent,
+)
+
+
+def decay_of(decay: float | ArrayLike | None, like: torch.Tensor) -> torch.Tensor | None:
+    """``α_t`` as ``(B, H, T)`` (``None`` without decay), checked in ``(0, 1]``."""
+    if decay is None:
+        return None
+    return per_token("decay", decay, like, low=0.0, high=1.0, open_low=True)
+
+
+def _log(alpha: torch.Tensor | None) -> torch.Tensor | None:
+    return None if alpha is None else alpha.log()
+
+
+def linear_attention(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    decay: float | ArrayLike | None = None,
+    normalize: bool = False,
+    scale: float = 1.0,
+    mode: str = "chunk",
+) -> torch.Tensor:
+    """Linear attention, optionally decayed: ``S_t = α_t S_{t−1} + k_t v_tᵀ``,
+    ``o_t = S_tᵀ q_t`` (``S_0 = 0``). With ``normalize``, ``o_t`` is divided by ``z_tᵀ q_t``,
+    ``z_t = α_t z_{t−1} + k_t`` (every ``z_tᵀ q_t`` must be non-zero, e.g. positive feature maps).
+
+    Regression: ``o_t = W_t q_t`` with ``W_t = W_0 − ∇ ½ Σ_{i≤t} γ_{t,i} ‖W k_i − v_i‖²`` at
+    ``W_0 = 0``: **one gradient step of size 1** on a weighted least-squares loss over linear
+    maps, weights ``γ_{t,i} = Π_{i<j≤t} α_j`` (all 1 without decay). ``decay`` is a number, a
+    per-head constant ``(H,)`` (RetNet, Sun et al. 2023) or a per-token gate ``(B, H, T)``
+    (GLA's / Mamba-2's scalar gate: Yang et al. 2024, Dao & Gu 2024). Normalised, it is the
+    Nadaraya–Watson smoother with the linear kernel ``k_iᵀ q_t`` (Katharopoulos et al. 2020).
+    """
+    qt, kt, vt = check_qkv(q, k, v)
+    alpha = decay_of(decay, kt)
+    check_mode(mode)
+    qt = qt * check_scale(scale)
+    d_v = vt.shape[-1]
+    if normalize:
+        vt = torch.cat([vt, torch.ones_like(vt[..., :1])], dim=-1)
+    if mode == "chunk":
+        out = linear_chunked(qt, kt, vt, _log(alpha))
+    else:
+        out = linear_recurrent(qt, kt, vt, alpha)[0]
+    if normalize:
+        out = normalized(out[..., :d_v], out[..., d_v:])
+    return check_finite_result(out, "linear_attention")
+
+
+def normalized(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
+    """``numerator / z_tᵀ q_t``; a zero denominator is a ``ValueError`` naming the position."""
+    zero = denominator == 0
+    if bool(zero.any()):
+        where = tuple(int(i) for i in zero.nonzero()[0, :3].tolist())
+        raise ValueError(
+            f"normalize: z_tᵀ q_t = 0 at (batch, head, position) {where}; normalised linear "
+            "attention needs non-zero normalisers (e.g. positive feature maps of q and k)"
+        )
+    return numerator / denominator
+
+
+def delta_rule(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    beta: float | ArrayLike,
+    *,
+    decay: float | ArrayLike | None = None,
+    scale: float = 1.0,
+    mode: str = "chunk",
+) -> torch.Tensor:
+    """DeltaNet, and with ``decay`` Gated DeltaNet: ``S' = α_t S_{t−1}``,
+    ``S_t = S' + k_t (β_t (v_t − S'ᵀ k_t))ᵀ``, ``o_t = S_tᵀ q_t`` (``S_0 = 0``).
+
+    Regression: ``W_t = α_t W_{t−1} − β_t ∇_W ½‖W k_t − v_t‖²`` at ``α_t W_{t−1}``: **online least
+    squares** (LMS / Widrow–Hoff, one gradient step of size ``β_t`` per token on the newest pair
+    only) over linear maps; the decay is weight decay ``(1 − α_t)`` on ``W`` (Schlag et al. 2021,
+    "Linear transformers are secretly fast weight programmers"; Yang et al. 2024,
+    "Parallelizing linear transformers with the delta rule"; Yang, Kautz & Hatamizadeh 2025,
+    "Gated Delta Networks"). The past pairs enter through the iterate, not through weights
+    ``γ_{t,i}`` of one loss. Keys are used as given: DeltaNet L2-normalises them (the caller
+    does, ``k / ‖k‖``), and the recurrence is stable when ``0 ≤ β_t ‖k_t‖² ≤ 2``
+    (``I − β_t k_t k_tᵀ`` is then no expansion). ``beta ≥ 0``: a number, ``(H,)`` or ``(B, H, T)``.
+    """
+    qt, kt, vt = check_qkv(q, k, v)
+    b = per_token("beta", beta, kt, low=0.0)
+    alpha = decay_of(decay, kt)
+    check_mode(mode)
+    qt = qt * check_scale(scale)
+    if mode == "chunk":
+        out = delta_chunked(qt, kt, vt, b, _log(alpha))
+    else:
+        out = delta_recurrent(qt, kt, vt, b, alpha)[0]
+    return check_finite_result(out, "delta_rule")
+
+
+def longhorn_step(beta: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``ε_t = β_t / (1 + β_t k_tᵀ k_t)`` (``(B, H, T)``): the step of the implicit update; where
+    ``β_t k_tᵀ k_t`` overflows, the same value as ``1 / (1/β_t + k_tᵀ k_t)``."""
+    squares = (k * k).sum(-1)
+    denominator = 1 + beta * squares
+    eps = beta / denominator
+    overflow = torch.isinf(denominator)
+    if bool(overflow.any()):
+        eps = torch.where(overflow, 1 / (1 / beta + squares), eps)
+    return eps
+
+
+def longhorn(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    beta: float | ArrayLike,
+    *,
+    scale: float = 1.0,
+    diagonal: bool = False,
+    mode: str = "chunk",
+) -> torch.Tensor:
+    """Longhorn: ``S_t = (I − ε_t k_t k_tᵀ) S_{t−1} + ε_t k_t v_tᵀ``,
+    ``ε_t = β_t / (1 + β_t k_tᵀ k_t)``, ``o_t = S_tᵀ q_t`` (``S_0 = 0``).
+
+    Regression: ``W_t = argmin_W ‖W − W_{t−1}‖²_F + β_t ‖W k_t − v_t‖²``: **implicit (proximal)
+    online least squares** over linear maps, one exact proximal step per token (Liu et al. 2024,
+    "Longhorn: state space models are amortized online learners"). It is the delta rule with
+    the step ``ε_t`` (:func:`delta_rule`, so the chunked form is the WY form), stable for every
+    ``β_t ≥ 0`` since ``ε_t k_tᵀ k_t < 1``. ``diagonal=True`` is the paper's approximation
+    ``I − ε_t k_t k_tᵀ ≈ diag(1 − ε_t k_t ⊙ k_t)`` (linear attention with one decay per key
+    coordinate).
+    """
+    qt, kt, vt = check_qkv(q, k, v)
+    eps = longhorn_step(per_token("beta", beta, kt, low=0.0), kt)
+    check_mode(mode)
+    qt = qt * check_scale(scale)
+    if diagonal:
+        if mode == "chunk":
+            out = diagonal_chunked(qt, kt, vt, eps)
+        else:
+            out = diagonal_longhorn_recurrent(qt, kt, vt, eps)[0]
+    elif mode == "chunk":
+        out = delta_chunked(qt, kt, vt, eps, None)
+    else:
+        out = delta_recurrent(qt, kt, vt, eps, None)[0]
+    return check_finite_result(out, "longhorn")
+
+
+def mesa(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    beta: float | ArrayLike,
+    *,
+    decay: float | ArrayLike | None = None,
+    lam: float | ArrayLike,
+    scale: float = 1.0,
+    mode: str = "chunk",
+) -> torch.Tensor:
+    """The Mesa layer / MesaNet: ``H^{kk}_t = α_t H^{kk}_{t−1} + β_t k_t k_tᵀ``,
+    ``H^{kv}_t = α_t H^{kv}_{t−1} + β_t k_t v_tᵀ``, ``o_t = H^{kv}_tᵀ (H^{kk}_t + Λ)⁻¹ q_t``.
+
+    Regression: ``W_t = argmin_W Σ_{i≤t} γ_{t,i} ‖W k_i − v_i‖² + Σ_j λ_j ‖W e_j‖²`` with
+    ``γ_{t,i} = β_i Π_{i<j≤t} α_j``: **decayed weighted ridge regression solved exactly** at every
+    position over linear maps (von Oswald et al. 2023, "Uncovering mesa-optimization
+    algorithms in Transformers"; von Oswald et al. 2025, "MesaNet"). ``Λ = diag(λ)``, ``lam`` a
+    number or ``(H, d_k)`` (MesaNet's convention), every ``λ > 0``. Both modes solve exactly
+    (no conjugate-gradient truncation): the chunked form solves ``(H^{kk}_t + Λ) x = q_t`` per
+    position by a batched LU solve. With ``β = 1``, no decay and one λ it is
+    :func:`attnreg.estimators.causal_ridge`.
+    """
+    qt, kt, vt = check_qkv(q, k, v)
+    b = per_token("beta", beta, kt, low=0.0)
+    alpha = decay_of(decay, kt)
+    lam_t = check_lam(lam, kt)
+    check_mode(mode)
+    qt = qt * check_scale(scale)
+    if mode == "chunk":
+        out = mesa_chunked(qt, kt, vt, b, _log(alpha), lam_t)
+    else:
+        out = mesa_recurrent(qt, kt, vt, b, alpha, lam_t)[0]
+    return check_finite_result(out, "mesa")
+
+
+def softmax_attention(
+    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: float = 1.0
+) -> torch.Tensor:
+    """Causal softmax attention ``o_t = Σ_{i≤t} w_{t,i} v_i``, ``w_{t,i} = softmax_{i≤t}(scale ·
+    q_tᵀ k_i)``.
+
+    Regression: ``o_t = argmin_b Σ_{i≤t} w_{t,i} ‖v_i − b‖²``: the **Nadaraya–Watson
+    (local-constant) kernel smoother** with the exponential kernel ``γ_{t,i} = e^{scale · q_tᵀ
+    k_i}`` (Nadaraya 1964, Watson 1964; Vaswani et al. 2017), solved in closed form (the
+    weighted mean). Computed by PyTorch's fused ``scaled_dot_product_attention(is_causal=True)``
+    (the attention core has no causal mask); no ``T × T`` matrix is held. ``scale=1/√d_k`` is
+    Transformer attention.
+    """
+    qt, kt, vt = check_qkv(q, k, v)
+    out = softmax_fused(qt, kt, vt, check_scale(scale))
+    return check_finite_result(out, "softmax_attention")
+
+
+def local_linear_attention(
+    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, lam: float, scale: float = 1.0
+) -> torch.Tensor:
+    """Local linear attention: the intercept ``b̂_t`` of
+    ``min_{b, W} Σ_{i≤t} w_{t,i} ‖v_i − b − W (k_i − q_t)‖² + λ ‖W‖²_F`` with the softmax weights
+    ``w_{t,i} = softmax_{i≤t}(scale · q_tᵀ k_i)``.
+
+    Regression: **kernel-weighted local-linear (affine) ridge regression** centred at the query,
+    solved in closed form, ``b̂_t = v̄_t + Σ^{vk}_t (Σ^{kk}_t + λI)⁻¹ (q_t − k̄_t)`` with the weighted
+    means and centred covariances of the past keys and values (Zuo et al. 2025, "Local linear
+    attention", arXiv 2510.01450): softmax attention is its local-constant special case (``W = 0``).
+    The fit at the query ``q_t`` itself is unscaled; ``scale`` enters the weights only. ``lam > 0``.
+    Computed directly (``O(T² d_k²)`` work, queries in blocks of bounded memory).
+    """
+    qt, kt, vt = check_qkv(q, k, v)
+    out = local_linear(qt, kt, vt, check_positive("lam", lam), check_scale(scale))
+    return check_finite_result(out, "local_linear_attention")

@@ -1,0 +1,128 @@
+"""Token-by-token references: each layer's recurrence written as it is defined, one step per
+token (the chunked forms of :mod:`attnreg.sequence.chunked` are tested against these).
+
+Inputs are validated tensors ``q, k (B, H, T, d_k)``, ``v (B, H, T, d_v)`` and per-token
+parameters ``(B, H, T)`` (``decay=None``: no decay). With ``states=True`` every state is kept and
+returned too, stacked along the token axis (``(B, H, T, d_k, d_v)``): the modules read and edit
+them through their hook points.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def linear_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    decay: torch.Tensor | None,
+    *,
+    states: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``S_t = α_t S_{t−1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t`` from ``S_0 = 0``."""
+    b, h, t_len, d_k = k.shape
+    s = k.new_zeros(b, h, d_k, v.shape[-1])
+    outs, kept = [], []
+    for t in range(t_len):
+        if decay is not None:
+            s = decay[:, :, t, None, None] * s
+        s = s + k[:, :, t, :, None] * v[:, :, t, None, :]
+        outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], s))
+        if states:
+            kept.append(s)
+    return torch.stack(outs, dim=2), torch.stack(kept, dim=2) if states else None
+
+
+def delta_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    decay: torch.Tensor | None,
+    *,
+    states: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``S' = α_t S_{t−1}``, ``S_t = S' + k_t (β_t (v_t − S'ᵀ k_t))ᵀ``, ``o_t = S_tᵀ q_t``."""
+    b, h, t_len, d_k = k.shape
+    s = k.new_zeros(b, h, d_k, v.shape[-1])
+    outs, kept = [], []
+    for t in range(t_len):
+        if decay is not None:
+            s = decay[:, :, t, None, None] * s
+        key = k[:, :, t]
+        u = beta[:, :, t, None] * (v[:, :, t] - torch.einsum("bhk,bhkv->bhv", key, s))
+        s = s + key[..., None] * u[..., None, :]
+        outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], s))
+        if states:
+            kept.append(s)
+    return torch.stack(outs, dim=2), torch.stack(kept, dim=2) if states else None
+
+
+def diagonal_longhorn_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    eps: torch.Tensor,
+    *,
+    states: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Longhorn's diagonal approximation: ``S_t = diag(1 − ε_t k_t ⊙ k_t) S_{t−1} + ε_t k_t v_tᵀ``
+    (``I − ε_t k_t k_tᵀ`` replaced by its diagonal)."""
+    b, h, t_len, d_k = k.shape
+    s = k.new_zeros(b, h, d_k, v.shape[-1])
+    outs, kept = [], []
+    for t in range(t_len):
+        key, e = k[:, :, t], eps[:, :, t, None]
+        s = (1 - e * key * key)[..., None] * s + (e * key)[..., None] * v[:, :, t, None, :]
+        outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], s))
+        if states:
+            kept.append(s)
+    return torch.stack(outs, dim=2), torch.stack(kept, dim=2) if states else None
+
+
+def mesa_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    decay: torch.Tensor | None,
+    lam: torch.Tensor,
+    *,
+    states: bool = False,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+    """``H^{kk}_t = α_t H^{kk}_{t−1} + β_t k_t k_tᵀ``,
+    ``H^{kv}_t = α_t H^{kv}_{t−1} + β_t k_t v_tᵀ``, ``o_t = H^{kv}_tᵀ (H^{kk}_t + Λ)⁻¹ q_t`` with
+    ``Λ = diag(lam)`` (``lam (H, d_k)``); one LU solve per token.
+    ``states=True`` also returns ``(H^{kk}, H^{kv})``, each stacked over t."""
+    b, h, t_len, d_k = k.shape
+    reg = torch.diag_embed(lam)  # (H, d_k, d_k)
+    kk = k.new_zeros(b, h, d_k, d_k)
+    kv = k.new_zeros(b, h, d_k, v.shape[-1])
+    outs, kept_kk, kept_kv = [], [], []
+    for t in range(t_len):
+        if decay is not None:
+            kk, kv = decay[:, :, t, None, None] * kk, decay[:, :, t, None, None] * kv
+        key = beta[:, :, t, None] * k[:, :, t]
+        kk = kk + key[..., None] * k[:, :, t, None, :]
+        kv = kv + key[..., None] * v[:, :, t, None, :]
+        outs.append(ridge_readout(kk, kv, q[:, :, t], reg))
+        if states:
+            kept_kk.append(kk)
+            kept_kv.append(kv)
+    out = torch.stack(outs, dim=2)
+    return out, (torch.stack(kept_kk, 2), torch.stack(kept_kv, 2)) if states else None
+
+
+def state_readout(states: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``o_t = S_tᵀ q_t`` for stacked states ``(B, H, T, d_k, d_v)`` and ``q (B, H, T, d_k)``."""
+    return torch.einsum("bhtkv,bhtk->bhtv", states, q)
+
+
+def ridge_readout(
+    kk: torch.Tensor, kv: torch.Tensor, q: torch.Tensor, reg: torch.Tensor
+) -> torch.Tensor:
+    """``H^{kv}ᵀ (H^{kk} + Λ)⁻¹ q`` by an LU solve, for ``kk (…, d_k, d_k)``, ``kv (…, d_k, d_v)``,
+    ``q (…, d_k)`` and ``reg = Λ`` broadcastable to ``kk``."""
+    x = torch.linalg.solve(kk + reg, q.unsqueeze(-1))
+    return (kv.mT @ x).squeeze(-1)

@@ -1,0 +1,198 @@
+"""The layers agree with the field's own references: the pure-PyTorch ``naive.py`` files of
+flash-linear-attention (``fla-core==0.6.0``, a test dependency), loaded from the installed
+distribution's files without importing the ``fla`` package (whose ``__init__`` needs Triton).
+
+Conventions mapped: fla scales the queries by ``d_k^{-1/2}`` (ours: ``scale=d_k**-0.5``); its gates
+are log-decays ``g`` (ours: ``decay=exp(g)``); most files use the layout ``(B, T, H, d)`` (ours:
+``(B, H, T, d)``); ``delta_rule`` and ``retention`` use ours. fla computes in float32; so do the
+comparisons, to twice the float32 rounding bound of each layer (both sides are within one bound
+of the exact value), with the magnitudes in the bound computed in float64.
+"""
+
+import importlib.metadata
+import importlib.util
+import sys
+
+import numpy as np
+import pytest
+import sequence_refs as ref
+import torch
+
+from attnreg.sequence import delta_rule, linear_attention, mesa
+
+B, H, T, D = 1, 2, 128, 8  # two blocks of the chunked forms
+MODES = ("chunk", "recurrent")
+
+
+def naive(layer):
+    """fla's ``fla/ops/<layer>/naive.py`` as a module of its own (the package is not imported)."""
+    path = importlib.metadata.distribution("fla-core").locate_file(f"fla/ops/{layer}/naive.py")
+    spec = importlib.util.spec_from_file_location(f"fla_naive_{layer}", path)
+    assert spec is not None and spec.loader is not None, f"fla-core has no {layer}/naive.py"
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fla_layout(x):
+    """``(B, H, T, …) <-> (B, T, H, …)``."""
+    return x.transpose(1, 2).contiguous()
+
+
+def data(seed, normalize=False, positive=False, d_v=D):
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(B, H, T, D, generator=g), torch.randn(B, H, T, D, generator=g)
+    v = torch.randn(B, H, T, d_v, generator=g)
+    if normalize:
+        k = k / k.norm(dim=-1, keepdim=True)
+    if positive:
+        q, k = (q / 2).exp(), (k / 2).exp()
+    beta = torch.rand(B, H, T, generator=g)
+    log_decay = torch.log(0.5 + 0.5 * torch.rand(B, H, T, generator=g))
+    return q, k, v, beta, log_decay
+
+
+def f64(*xs):
+    return [x.double().numpy() for x in xs]
+
+
+def linear_tol(q, k, v, alpha):
+    """Twice ``4 u₃₂ (d + n_t) Σ_{i≤t} γ_{t,i} |q_t|ᵀ|k_i| |v_i|`` (elementwise)."""
+    _, mag = ref.heads(ref.weighted_sum, *f64(q, k, v, alpha))
+    n = D + ref.heads(ref.log_budget, alpha.double().numpy())
+    return torch.from_numpy(8 * ref.U32 * n[..., None] * mag)
+
+
+def online_tol(q, k, v, beta, alpha):
+    """Twice ``8 u₃₂ (d + n_t) t ‖q_t‖ Σ_{i≤t} γ_{t,i} β_i ‖k_i‖ ‖v_i‖`` (per position)."""
+    _, mags = ref.heads(ref.lms, *f64(q, k, v, beta, alpha))
+    n = D + ref.heads(ref.log_budget, alpha.double().numpy())
+    steps = np.arange(1, T + 1)
+    return torch.from_numpy(16 * ref.U32 * n * steps * q.double().norm(dim=-1).numpy() * mags)
+
+
+def test_references_load_without_the_fla_package():
+    for layer in ("delta_rule", "gated_delta_rule", "mesa_net", "linear_attn", "retention"):
+        naive(layer)
+    naive("simple_gla")
+    assert "fla" not in sys.modules and "triton" not in sys.modules
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("normalize", [False, True])
+def test_linear_attn(normalize, mode):
+    fla = naive("linear_attn")
+    q, k, v, _, _ = data(0, positive=normalize)
+    ours = linear_attention(q, k, v, normalize=normalize, scale=D**-0.5, mode=mode)
+    args = [fla_layout(x) for x in (q, k, v)]
+    theirs = [
+        fla.naive_recurrent_linear_attn(*args, normalize=normalize)[0],
+        fla.naive_chunk_linear_attn(*args, normalize=normalize),
+    ]
+    ones = torch.ones(B, H, T)
+    if normalize:  # |Δo| ≤ bound(num)/den + |o| bound(den)/den; fla's den carries + 1e-10
+        den = (q.double() * k.double().cumsum(2)).sum(-1, keepdim=True) * D**-0.5
+        tol = linear_tol(q * D**-0.5, k, v, ones) / den
+        tol += ours.abs().double() * linear_tol(q * D**-0.5, k, torch.ones(B, H, T, 1), ones) / den
+        tol += 1e-10 / den * ours.abs().double()
+    else:
+        tol = linear_tol(q * D**-0.5, k, v, ones)
+    for out in theirs:
+        assert torch.all((ours.double() - fla_layout(out).double()).abs() <= tol)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_retention(mode):
+    """RetNet's per-head decays ``γ_h = 1 − 2^{−5−h}`` as a per-head constant."""
+    fla = naive("retention")
+    q, k, v, _, _ = data(1)
+    gamma = 1 - 2.0 ** (-5.0 - torch.arange(H, dtype=torch.float32))
+    ours = linear_attention(q, k, v, decay=gamma, scale=D**-0.5, mode=mode)
+    theirs = fla.naive_retention(q, k, v)
+    alpha = gamma.view(1, H, 1).expand(B, H, T)
+    assert torch.all((ours - theirs).abs().double() <= linear_tol(q * D**-0.5, k, v, alpha))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_simple_gla(mode):
+    """GLA's / Mamba-2's scalar gate per token and head: ``decay = exp(g)``."""
+    fla = naive("simple_gla")
+    q, k, v, _, g = data(2)
+    ours = linear_attention(q, k, v, decay=g.exp(), scale=D**-0.5, mode=mode)
+    args = [fla_layout(x) for x in (q, k, v)] + [g.transpose(1, 2).contiguous()]
+    tol = linear_tol(q * D**-0.5, k, v, g.exp())
+    for out in (
+        fla.naive_recurrent_simple_gla(*args)[0],
+        fla.naive_chunk_simple_gla(*args)[0],
+        fla.naive_parallel_simple_gla(*args)[0],
+    ):
+        assert torch.all((ours - fla_layout(out)).abs().double() <= tol)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_delta_rule(mode):
+    """DeltaNet with L2-normalised keys and β per token; fla's layout is ours here."""
+    fla = naive("delta_rule")
+    q, k, v, beta, _ = data(3, normalize=True)
+    ours = delta_rule(q, k, v, beta, scale=D**-0.5, mode=mode)
+    tol = online_tol(q * D**-0.5, k, v, beta, torch.ones(B, H, T))
+    for out in (
+        fla.delta_rule_recurrence(q, k, v, beta)[0],
+        fla.delta_rule_chunkwise(q, k, v, beta, chunk_size=32)[0],
+    ):
+        err = (ours - out).norm(dim=-1).double()
+        assert torch.all(err <= tol)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gated_delta_rule(mode):
+    """Gated DeltaNet: ``decay = exp(g)``; fla's chunk form takes ``(…, g, beta)`` in that order."""
+    fla = naive("gated_delta_rule")
+    q, k, v, beta, g = data(4, normalize=True)
+    ours = delta_rule(q, k, v, beta, decay=g.exp(), scale=D**-0.5, mode=mode)
+    qf, kf, vf = (fla_layout(x) for x in (q, k, v))
+    bf, gf = beta.transpose(1, 2).contiguous(), g.transpose(1, 2).contiguous()
+    tol = online_tol(q * D**-0.5, k, v, beta, g.exp())
+    for out in (
+        fla.naive_recurrent_gated_delta_rule(qf, kf, vf, bf, gf)[0],
+        fla.naive_chunk_gated_delta_rule(qf, kf, vf, gf, bf, chunk_size=16)[0],
+    ):
+        err = (ours - fla_layout(out)).norm(dim=-1).double()
+        assert torch.all(err <= tol)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_mesa_net_exact(mode):
+    """MesaNet's exact reference: no query scaling, ``λ (H, d_k)``, gates as log-decays."""
+    fla = naive("mesa_net")
+    q, k, v, beta, g = data(5, normalize=True)
+    lam = 0.1 + torch.rand(H, D, generator=torch.Generator().manual_seed(5))
+    ours = mesa(q, k, v, beta, decay=g.exp(), lam=lam, mode=mode)
+    tr = lambda x: x.transpose(1, 2).contiguous()  # noqa: E731
+    theirs = fla_layout(fla.naive_mesa_net_exact(tr(q), tr(k), tr(v), tr(g), lam, tr(beta))[0])
+    _, parts = ref.heads(
+        ref.decayed_ridge,
+        *f64(q, k, v, beta, g.exp()),
+        np.broadcast_to(lam.double().numpy(), (B, H, D)),
+    )
+    n = D + ref.heads(ref.log_budget, g.exp().double().numpy())
+    tol = torch.from_numpy(16 * ref.U32 * n * parts)
+    assert torch.all((ours - theirs).norm(dim=-1).double() <= tol)
+
+
+def test_timing_workload_runs_every_layer_and_its_references():
+    """``attnreg.sequence.workload.bench_sequence`` (the P8 workload) at a small length: every
+    layer is timed with fla's forms beside it, and its call gives the layer's numbers."""
+    from attnreg.sequence import workload
+
+    times = workload.bench_sequence(repeat=1, length=64)
+    assert set(times) == set(workload.LAYERS)
+    for layer, row in times.items():
+        want = {"attnreg", "fla_chunk"} | ({"fla_recurrent"} if layer != "mesa" else set())
+        assert set(row) == want and all(t > 0 for t in row.values())
+    x = workload.workload_inputs(batch=B, heads=H, length=T, d_k=D, d_v=D)
+    ours = workload.attnreg_call("gated_delta_rule", x)
+    theirs = workload.fla_calls("gated_delta_rule", x)["recurrent"]()
+    assert isinstance(theirs, tuple)
+    tol = online_tol(x["q"] * D**-0.5, x["k"], x["v"], x["beta"], x["alpha"])
+    assert torch.all((ours - fla_layout(theirs[0])).norm(dim=-1).double() <= tol)
