@@ -282,7 +282,7 @@ def test_softmax_memories_at_extreme_scale_float32(sim: str, separation: str, sc
 @pytest.mark.parametrize("scale", EXTREME, ids=[f"{s:g}" for s in EXTREME])
 def test_modern_hopfield_is_the_softmax_step_or_refuses(scale: float) -> None:
     # one step Xᵀ softmax(β X ξ), exact scores in mpmath; the scores of patterns at 1e200 are
-    # about 1e400: no float64 softmax exists, so a ValueError naming queries and keys
+    # about 1e400: no float64 softmax exists, so a ValueError naming queries and patterns
     from attnreg.memory import ModernHopfield
 
     rng = np.random.default_rng(9)
@@ -292,7 +292,7 @@ def test_modern_hopfield_is_the_softmax_step_or_refuses(scale: float) -> None:
         "dot", [[mp.mpf(a) for a in r] for r in q], [[mp.mpf(a) for a in r] for r in x], 0.5
     )
     if max(abs(v) for row in scores for v in row) >= mp.mpf(float(np.finfo(np.float64).max)):
-        with pytest.raises(ValueError, match="queries, keys: the softmax scores"):
+        with pytest.raises(ValueError, match="queries, patterns: the softmax scores"):
             hopfield.retrieve(torch.from_numpy(q))
         return
     got = hopfield.retrieve(torch.from_numpy(q)).numpy()

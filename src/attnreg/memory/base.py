@@ -84,6 +84,7 @@ def scaled_retrieval(
     power: int = 1,
     normalize: bool = True,
     key_scale: torch.Tensor | None = None,
+    names: str = "queries, keys",
 ) -> torch.Tensor:
     """``retrieve(queries, keys, values, β)`` at any magnitude, or a ``ValueError``.
 
@@ -99,7 +100,7 @@ def scaled_retrieval(
 
     The softmax of scores beyond the float range (``β·2^f`` past the largest float, e.g. dot
     products of patterns at 1e200) has no floating-point value to compute it from: a
-    ``ValueError`` naming the queries and keys. So is an output that over- or underflows.
+    ``ValueError`` naming the arguments (``names``). So is an output that over- or underflows.
     """
     sq, sk, sv = extreme_scale(queries), extreme_scale(keys), extreme_scale(values)
     stored = torch.ones_like(sk) if key_scale is None else key_scale.reshape(())
@@ -114,7 +115,7 @@ def scaled_retrieval(
     factor = 1.0
     call_beta = 1.0
     if separation == "softmax":
-        call_beta = _scaled_beta(beta, f, queries.dtype)
+        call_beta = _scaled_beta(beta, f, queries.dtype, names)
     elif separation in ("identity", "power") and not normalize:
         factor, shift = float(beta) ** power, shift + power * f
     unit = retrieve(q0, k0, v0, call_beta)
@@ -125,14 +126,14 @@ def scaled_retrieval(
     return out
 
 
-def _scaled_beta(beta: float, f: int, dtype: torch.dtype) -> float:
+def _scaled_beta(beta: float, f: int, dtype: torch.dtype, names: str) -> float:
     """``β · 2^f`` for the softmax on rescaled inputs; ``ValueError`` when it overflows (the
     scores do), the smallest normal number when it underflows (every weight is then 1)."""
     info = torch.finfo(dtype)
     mantissa, e = math.frexp(float(beta))
     if e + f > math.frexp(info.max)[1]:
         raise ValueError(
-            f"queries, keys: the softmax scores β·sim(q, k) overflow {str(dtype)[6:]} (β = "
+            f"{names}: the softmax scores β·sim(q, k) overflow {str(dtype)[6:]} (β = "
             f"{beta:g} times inputs whose similarities reach about 2^{f}, past the largest "
             f"float {info.max:.3g}); the softmax of such scores cannot be computed in floating "
             "point: scale the patterns and queries down, or lower beta"

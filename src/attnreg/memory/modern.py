@@ -105,6 +105,7 @@ class ModernHopfield:
             similarity="dot",
             separation="softmax",
             beta=self.beta,
+            names="queries, patterns",
         )
 
     def retrieve(self, queries: Any, steps: int | None = None) -> torch.Tensor:
