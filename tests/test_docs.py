@@ -39,6 +39,7 @@ PAGES = {
     "tutorials/everything-is-matter.html",
     "tutorials/memory-capacity.html",
     "tutorials/bring-your-own-attention.html",
+    "tutorials/every-sequence-layer.html",
     "mathematics.html",
     "howto.html",
     "api.html",
