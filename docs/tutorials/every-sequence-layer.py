@@ -125,7 +125,6 @@ def report(name, got, want, bound):
     err = np.linalg.norm(got - want, axis=-1)
     print(f"{name:46s} max error {err.max():.1e}   bound {bound.max():.1e}")
     assert np.all(err <= bound), name
-    return err.max()
 
 
 # %% [markdown]
@@ -147,13 +146,12 @@ def gradient_step(q, k, v, a):
     return np.array(out), 4 * U64 * (D + budget(a)) * mag
 
 
-errors = {}
 for name, a, kwargs in (
     ("linear attention", np.ones(T), {}),
     ("linear attention, per-token decay (GLA)", alpha, {"decay": torch4(alpha)}),
 ):
     want, bound = gradient_step(q, k, v, a)
-    errors[name] = report(name, ours(linear_attention, q, k, v, **kwargs), want, bound)
+    report(name, ours(linear_attention, q, k, v, **kwargs), want, bound)
 
 # %% [markdown]
 # **The delta rule = online least squares.** One gradient step of size `β_t` on the newest
@@ -189,14 +187,14 @@ def proximal(q, k, v, b):
 
 
 want, bound = lms(q, k, v, beta, np.ones(T))
-errors["delta rule"] = report("delta rule (DeltaNet)", ours(delta_rule, q, k, v, beta), want, bound)
+report("delta rule (DeltaNet)", ours(delta_rule, q, k, v, beta), want, bound)
 want, bound = lms(q, k, v, beta, alpha)
 got = ours(delta_rule, q, k, v, beta, decay=torch4(alpha))
-errors["gated delta rule"] = report("gated delta rule (Gated DeltaNet)", got, want, bound)
+report("gated delta rule (Gated DeltaNet)", got, want, bound)
 beta_lh = 3 * beta
 _, bound = lms(q, k, v, beta_lh / (1 + beta_lh), np.ones(T))  # unit keys: ‖k‖² = 1
 got = ours(longhorn, q, k, v, beta_lh)
-errors["Longhorn"] = report("Longhorn", got, proximal(q, k, v, beta_lh), bound)
+report("Longhorn", got, proximal(q, k, v, beta_lh), bound)
 
 # %% [markdown]
 # **Mesa = ridge regression solved exactly at every position**, with weights
@@ -230,13 +228,14 @@ def ridge_per_prefix(q, k, v, b, a, lam):
 
 want, bound = ridge_per_prefix(q, k, v, beta, alpha, lam)
 got = ours(mesa, q, k, v, beta, decay=torch4(alpha), lam=lam[None])  # λ per (head, coordinate)
-errors["Mesa"] = report("Mesa (decayed ridge)", got, want, bound)
+report("Mesa (decayed ridge)", got, want, bound)
 
 # %% [markdown]
 # **Softmax attention = the Nadaraya–Watson smoother**: `o_t = argmin_b Σ_{i≤t} w_{t,i}
 # ‖v_i − b‖²` with `w_{t,i} ∝ e^{s q_tᵀ k_i}`, the weighted mean. **Local linear attention**
-# fits an affine function centred at the query, `min_{b, W} Σ w_{t,i} ‖v_i − b − W (k_i − q_t)‖²
-# + λ‖W‖²`, and returns the intercept `b̂_t` (here by `lstsq` on the weighted rows
+# fits an affine function centred at the query,
+# `min_{b, W} Σ w_{t,i} ‖v_i − b − W (k_i − q_t)‖² + λ‖W‖²`, and returns the intercept `b̂_t`
+# (here by `lstsq` on the weighted rows
 # `√w_i [1, (k_i − q_t)ᵀ]` and the ridge rows `[0, √λ e_jᵀ]`). Bounds: the scores' rounding
 # (relative in the weights) plus a convex sum, `m_t = 4 (d s ‖q_t‖ max‖k_i‖ + t + 1 + d)
 # max|v_i|` — times `κ_t²` of the local fit's rows (the layer solves its normal equations)
@@ -279,12 +278,10 @@ def local_linear(q, k, v, s, lam):
 
 
 want, bound = nadaraya_watson(q, k, v, S)
-errors["softmax"] = report(
-    "softmax attention", ours(softmax_attention, q, k, v, scale=S), want, bound
-)
+report("softmax attention", ours(softmax_attention, q, k, v, scale=S), want, bound)
 want, bound = local_linear(q, k, v, S, LAM_LOCAL)
 got = ours(local_linear_attention, q, k, v, lam=LAM_LOCAL, scale=S)
-errors["local linear"] = report("local linear attention", got, want, bound)
+report("local linear attention", got, want, bound)
 
 # %% [markdown]
 # The two forms of each recurrent layer agree too: `mode="recurrent"` steps through the tokens
