@@ -47,3 +47,12 @@ def ridge_per_prefix(x, y, lam):
         xt, yt = x[: t + 1], y[: t + 1]
         out.append(x[t] @ np.linalg.solve(xt.T @ xt + lam * np.eye(x.shape[1]), xt.T @ yt))
     return np.array(out)
+
+
+def newton_predict(x, y, q, alpha, steps, lam=0.0):
+    """Newton–Schulz M_{k+1} = 2M_k − M_k S M_k from M_0 = αS, S = XᵀX + λI; ŷ = x*ᵀ Mᵀ XᵀY."""
+    s = x.T @ x + lam * np.eye(x.shape[1])
+    m = alpha * s
+    for _ in range(steps):
+        m = 2 * m - m @ s @ m
+    return q @ m.T @ (x.T @ y)

@@ -47,12 +47,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from refs import gd_predict, gdpp_predict, lstsq_predict
+from refs import gd_predict, gdpp_predict, lstsq_predict, newton_predict
 from scipy.special import softmax
 from sklearn.linear_model import Ridge as SkRidge
 
 import attnreg
-from attnreg.constructions import VonOswaldSummaryLayer
+from attnreg.constructions import NewtonStack, VonOswaldSummaryLayer
 from attnreg.core.whitening import ConditioningWarning, RankWarning
 from attnreg.estimators import ZeroPredictor
 from attnreg.memory import (
@@ -263,6 +263,24 @@ def gdpp_magnitude(p: Any, x: Arr, y: Arr, q: Arr) -> float:
     return float(per_task(loop, x, y, q).max())
 
 
+NEWTON_ALPHA = 1e-3  # inside 2/‖XᵀX‖₂² for the contract's data (κ(X) < 6, N = 7, D = 3)
+
+
+def newton_magnitude(p: Any, x: Arr, y: Arr, q: Arr) -> float:
+    """The Newton loop on absolute values, times the longest chain of roundings: every layer of
+    the ``1 + 2·STEPS`` is a product chain over ``N + D`` keys and three token widths."""
+
+    def loop(a: Arr, b: Arr, c: Arr) -> Arr:
+        g = np.abs(a).T @ np.abs(a)
+        m = NEWTON_ALPHA * g
+        for _ in range(STEPS):
+            m = 2 * m + m @ g @ m
+        return np.abs(c) @ m.T @ (np.abs(a).T @ np.abs(b))
+
+    chain = (1 + 2 * STEPS) * (x.shape[-2] + D + 3 * (4 * D + 2 * y.shape[-1]))
+    return chain / C * float(per_task(loop, x, y, q).max())
+
+
 def token_magnitude(p: Any, x: Arr, y: Arr, q: Arr) -> float:
     kq, pv = products(p)
     soft = isinstance(p, SoftmaxAttention)
@@ -407,6 +425,14 @@ REGISTRY = [
         "other",
         gd_magnitude(PRECOND),
         PGD_REF,
+        fixed_d=True,
+    ),
+    Entry(
+        "NewtonStack",
+        lambda dy: NewtonStack(D, dy, STEPS, NEWTON_ALPHA),
+        "other",
+        newton_magnitude,
+        np_ref(lambda x, y, q: newton_predict(x, y, q, NEWTON_ALPHA, STEPS)),
         fixed_d=True,
     ),
     # trained models (tiny, float64, fixed seeds)

@@ -3,6 +3,15 @@
 from attnreg.constructions.literal import VonOswaldSummaryLayer
 from attnreg.constructions.lsa import LSAStack
 from attnreg.constructions.mesa import MesaLayer
+from attnreg.constructions.newton import NewtonStack, newton_alpha
 from attnreg.constructions.ols import OLSAttention, OLSTransformer
 
-__all__ = ["LSAStack", "MesaLayer", "OLSAttention", "OLSTransformer", "VonOswaldSummaryLayer"]
+__all__ = [
+    "LSAStack",
+    "MesaLayer",
+    "NewtonStack",
+    "OLSAttention",
+    "OLSTransformer",
+    "VonOswaldSummaryLayer",
+    "newton_alpha",
+]
