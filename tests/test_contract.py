@@ -47,12 +47,20 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from refs import gd_predict, gdpp_predict, lstsq_predict
+from refs import (
+    gaussian_attention_max_score,
+    gaussian_kernel,
+    gd_predict,
+    gdpp_predict,
+    kernel_richardson_predict,
+    lstsq_predict,
+    newton_predict,
+)
 from scipy.special import softmax
 from sklearn.linear_model import Ridge as SkRidge
 
 import attnreg
-from attnreg.constructions import VonOswaldSummaryLayer
+from attnreg.constructions import KernelRichardsonStack, NewtonStack, VonOswaldSummaryLayer
 from attnreg.core.whitening import ConditioningWarning, RankWarning
 from attnreg.estimators import ZeroPredictor
 from attnreg.memory import (
@@ -263,6 +271,50 @@ def gdpp_magnitude(p: Any, x: Arr, y: Arr, q: Arr) -> float:
     return float(per_task(loop, x, y, q).max())
 
 
+NEWTON_ALPHA = 1e-3  # inside 2/‖XᵀX‖₂² for the contract's data (κ(X) < 6, N = 7, D = 3)
+
+
+def newton_magnitude(p: Any, x: Arr, y: Arr, q: Arr) -> float:
+    """The Newton loop on absolute values, times the longest chain of roundings: every layer of
+    the ``1 + 2·STEPS`` is a product chain over ``N + D`` keys and three token widths."""
+
+    def loop(a: Arr, b: Arr, c: Arr) -> Arr:
+        g = np.abs(a).T @ np.abs(a)
+        m = NEWTON_ALPHA * g
+        for _ in range(STEPS):
+            m = 2 * m + m @ g @ m
+        return np.abs(c) @ m.T @ (np.abs(a).T @ np.abs(b))
+
+    chain = (1 + 2 * STEPS) * (x.shape[-2] + D + 3 * (4 * D + 2 * y.shape[-1]))
+    return chain / C * float(per_task(loop, x, y, q).max())
+
+
+KERNEL_H, KERNEL_LAM = 1.5, 0.5  # bandwidth and ridge of the kernel Richardson entry (ω = 1)
+
+
+def kernel_richardson_magnitude(p: Any, x: Arr, y: Arr, q: Arr) -> float:
+    """The Richardson loop on absolute values (``w ← w + P(|Y| + (K + λI) w)``, read out as
+    ``k(x*, ·)ᵀ w``), times the growth ``√(N κ(P))`` of a rounding error through the iteration,
+    the softmax's score factor ``2n + 4WS`` (width W, ``n = 3W + N + 1``, S the largest score)
+    and the ``STEPS + 2`` layers that round; over C (the tolerance is ``C·u·T``)."""
+
+    def one(a: Arr, b: Arr, c: Arr) -> float:
+        n, dy = b.shape
+        k = gaussian_kernel(a, a, KERNEL_H) + KERNEL_LAM * np.eye(n)
+        deg = k.sum(1)
+        w = np.zeros_like(b)
+        for _ in range(STEPS):
+            w = w + (np.abs(b) + k @ w) / deg[:, None]
+        width = D + 4 * dy + 5
+        score = gaussian_attention_max_score(a, c, KERNEL_H, KERNEL_LAM)
+        chain = 2 * (3 * width + n + 1) + 4 * width * score + 2 * width + 3 * dy + 2
+        growth = math.sqrt(n * deg.max() / deg.min())
+        readout = gaussian_kernel(c, a, KERNEL_H).sum(1).max() * np.abs(w).max()
+        return growth * chain * (STEPS + 2) * readout / C
+
+    return max(one(x[b], y[b], q[b]) for b in range(len(x)))
+
+
 def token_magnitude(p: Any, x: Arr, y: Arr, q: Arr) -> float:
     kq, pv = products(p)
     soft = isinstance(p, SoftmaxAttention)
@@ -407,6 +459,24 @@ REGISTRY = [
         "other",
         gd_magnitude(PRECOND),
         PGD_REF,
+        fixed_d=True,
+    ),
+    Entry(
+        "NewtonStack",
+        lambda dy: NewtonStack(D, dy, STEPS, NEWTON_ALPHA),
+        "other",
+        newton_magnitude,
+        np_ref(lambda x, y, q: newton_predict(x, y, q, NEWTON_ALPHA, STEPS)),
+        fixed_d=True,
+    ),
+    Entry(
+        "KernelRichardsonStack",
+        lambda dy: KernelRichardsonStack(D, dy, STEPS, KERNEL_H, KERNEL_LAM),
+        "other",
+        kernel_richardson_magnitude,
+        np_ref(
+            lambda x, y, q: kernel_richardson_predict(x, y, q, KERNEL_H, KERNEL_LAM, 1.0, STEPS)
+        ),
         fixed_d=True,
     ),
     # trained models (tiny, float64, fixed seeds)

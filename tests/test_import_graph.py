@@ -192,3 +192,61 @@ def test_no_study_takes_an_any_config() -> None:
                     if arg.arg in ("config", "cfg") and _is_any(arg.annotation):
                         offenders.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name}")
     assert offenders == [], "config parameters typed Any:\n" + "\n".join(offenders)
+
+
+_LOADED = """
+import importlib, json, sys
+importlib.import_module({module!r})
+print(json.dumps(sorted(sys.modules)))
+"""
+
+# What a study's config (and its package's ``__init__``, the registry) must not pull in: the
+# training loop, matplotlib, scikit-learn, the figure writer and any study's runner.
+HEAVY = ("attnreg.training", "matplotlib", "sklearn", "attnreg.output", "torch.optim")
+
+
+def _loaded(module: str) -> set[str]:
+    """The modules in ``sys.modules`` after importing ``module`` in a fresh interpreter."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _LOADED.format(module=module)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return set(json.loads(proc.stdout))
+
+
+def _study_configs() -> list[str]:
+    return sorted(_module_name(p) for p in (PACKAGE / "studies").glob("*/config.py"))
+
+
+def test_every_study_has_a_config_module() -> None:
+    assert _study_configs() == [
+        f"attnreg.studies.{name}.config" for name in ("capacity", "compare", "icl", "verify")
+    ]
+
+
+def test_study_configs_and_the_registry_import_nothing_heavy() -> None:
+    """A config module is a leaf in fact, not only per file: importing it (which runs its
+    package's ``__init__``) or the whole registry loads no training loop, no matplotlib and no
+    runner. ``import torch`` itself loads ``torch.optim`` (torch 2.x); that much is allowed,
+    nothing beyond it."""
+    by_torch = _loaded("torch")
+    for module in [*_study_configs(), "attnreg.studies.registry"]:
+        loaded = _loaded(module)
+        heavy = sorted(
+            {
+                name if name.startswith("attnreg.") else name.split(".")[0]
+                for name in loaded - by_torch
+                if name.split(".")[0] in ("matplotlib", "sklearn")
+                or name in HEAVY
+                or (name.startswith("attnreg.studies.") and name.endswith(".run"))
+            }
+        )
+        assert heavy == [], f"importing {module} loads {heavy}"
+        assert "attnreg.training" not in loaded and "matplotlib" not in loaded, module

@@ -127,6 +127,17 @@ def test_unknown_study_in_overrides_is_refused(tmp_path):
         build_report(tmp_path, overrides={"no-such-study": {}}, progress=False)
 
 
+def test_bad_override_values_are_refused_before_anything_runs(tmp_path):
+    """The audit: a value the config refuses (not only an unknown key) stops the report
+    before anything runs; it used to write the page with the study shown as failed."""
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"overrides of verify: dtypes: unknown value 'float16'"):
+        build_report(out, overrides={"verify": {"dtypes": ["float16"]}}, progress=False)
+    with pytest.raises(ValueError, match=r"overrides of icl: lr: must be a finite number > 0"):
+        build_report(out, studies=["verify"], overrides={"icl": {"lr": -1.0}}, progress=False)
+    assert not out.exists()
+
+
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path):
     a_file = tmp_path / "page"
     a_file.write_text("a file")

@@ -9,17 +9,23 @@ import torch
 from typer.testing import CliRunner
 
 from attnreg.cli import app
+from attnreg.studies.registry import STUDIES
 
 runner = CliRunner()
-STUDIES = ("verify", "compare", "icl", "capacity")
 COMMON = ("--quick", "--full", "--config", "--set", "--seed", "--out", "--json", "--device")
 
 
-@pytest.mark.parametrize("study", STUDIES)
-def test_every_study_lists_the_common_options(study):
+def test_the_registry_holds_the_four_studies():
+    assert list(STUDIES) == ["verify", "compare", "icl", "capacity"]
+
+
+@pytest.mark.parametrize("study", list(STUDIES))
+def test_every_study_lists_the_common_options_its_own_and_its_help(study):
     text = runner.invoke(app, [study, "--help"], terminal_width=200).output
-    for option in (*COMMON, "--progress", "--no-progress"):
+    spec = STUDIES[study]
+    for option in (*COMMON, "--progress", "--no-progress", *(e.flag for e in spec.extras)):
         assert option in text, (study, option)
+    assert " ".join(spec.help.split()[:6]) in " ".join(text.split())
 
 
 def _one_line_error(result, *needles):
@@ -31,7 +37,7 @@ def _one_line_error(result, *needles):
         assert needle in lines[0], (needle, lines[0])
 
 
-@pytest.mark.parametrize("study", STUDIES)
+@pytest.mark.parametrize("study", list(STUDIES))
 def test_bad_config_files_are_one_line_errors(study, tmp_path):
     out = ["--out", str(tmp_path / "out")]
     missing = tmp_path / "missing.yaml"
@@ -60,7 +66,7 @@ def test_bad_config_files_are_one_line_errors(study, tmp_path):
     )
 
 
-@pytest.mark.parametrize("study", STUDIES)
+@pytest.mark.parametrize("study", list(STUDIES))
 def test_bad_options_are_one_line_errors(study, tmp_path):
     out = ["--out", str(tmp_path / "out")]
     _one_line_error(runner.invoke(app, [study, "--set", "seed", *out]), "--set", "KEY=VALUE")
@@ -119,3 +125,50 @@ def test_report_overrides_with_an_unknown_key_is_a_one_line_error(tmp_path):
     )
     _one_line_error(result, "overrides of icl", "no_such_key")
     assert not (tmp_path / "r" / "results.db").exists()  # nothing ran
+
+
+@pytest.mark.parametrize(
+    "value, needles",
+    [
+        # the audit: a nested mapping (YAML reads 1e-9 as a number; float32 has no entry)
+        ("tolerance={float64: 1e-9}", ("tolerance", "float32")),
+        ("tolerance={float64: 1.0e-9, float32: tiny}", ("tolerance", "float32", "tiny")),
+        ("tolerance={float64: 1e-9, float32: 1e-4, float16: 1e-2}", ("tolerance", "float16")),
+        ("tolerance={float64: -1e-9, float32: 1e-4}", ("tolerance", "float64", "-1e-09")),
+        ("ridge=.inf", ("ridge", "inf")),  # was: a run failing row by row, exit status 1
+        ("ridge=.nan", ("ridge", "nan")),
+        ("ridge=-1", ("ridge", "-1")),  # was: scikit-learn's message about Ridge's 'alpha'
+        ("dtypes=[float16]", ("dtypes", "float16")),
+        ("dtypes=[]", ("dtypes",)),
+        ("tol_scale=0", ("tol_scale", "0")),
+    ],
+)
+def test_bad_set_values_are_refused_before_anything_runs(value, needles, tmp_path):
+    out = tmp_path / "out"
+    _one_line_error(runner.invoke(app, ["verify", "--set", value, "--out", str(out)]), *needles)
+    assert not out.exists()  # nothing ran, nothing written
+
+
+def test_set_reads_exponent_floats_as_numbers():
+    from attnreg.studies.command import parse_set
+
+    values = parse_set(["ridge=1e-1", "tol_scale=2E3", "dtypes=[float64]", "name=1e-3x"])
+    assert values == {"ridge": 0.1, "tol_scale": 2000.0, "dtypes": ["float64"], "name": "1e-3x"}
+
+
+def test_report_overrides_with_a_bad_value_is_a_one_line_error(tmp_path):
+    """The audit: these overrides used to write the page with verify failed, exit status 0."""
+    overrides = tmp_path / "overrides.yaml"
+    overrides.write_text('verify: {dtypes: ["float16"]}\n')
+    out = tmp_path / "r"
+    result = runner.invoke(app, ["report", "--overrides", str(overrides), "--out", str(out)])
+    _one_line_error(result, "overrides of verify", "dtypes", "float16")
+    assert not out.exists()  # nothing ran, nothing written
+
+
+def test_a_bad_value_of_a_study_option_names_the_option(tmp_path):
+    out = ["--out", str(tmp_path / "out")]
+    _one_line_error(runner.invoke(app, ["verify", "--tol-scale", "abc", *out]), "--tol-scale")
+    _one_line_error(runner.invoke(app, ["verify", "--dtype", "float16", *out]), "dtypes")
+    _one_line_error(runner.invoke(app, ["icl", "--threads", "x", *out]), "--threads")
+    _one_line_error(runner.invoke(app, ["icl", "--models", "lsa-9", *out]), "models", "lsa-9")

@@ -8,7 +8,8 @@ import os
 
 from attnreg.progress import Progress
 from attnreg.studies.registry import get_study
-from attnreg.studies.verify import VerifyConfig, run
+from attnreg.studies.verify import VerifyConfig
+from attnreg.studies.verify.run import run
 
 
 def test_the_runner_writes_nothing_and_the_spec_writes_everything(tmp_path, monkeypatch):

@@ -8,16 +8,18 @@ import threading
 import time
 
 import pytest
+import torch
 import yaml
 from typer.testing import CliRunner
 
 from attnreg.cli import app
-from attnreg.runs.cells import execute_cell, make_cell
+from attnreg.runs.cells import CellSpec, execute_cell, make_cell
 from attnreg.runs.executors import run_cells
 from attnreg.runs.store import ResultsStore
 from attnreg.runs.sweep import load_sweep, parse_sweep
 
 runner = CliRunner()
+UNAVAILABLE = "mps" if torch.cuda.is_available() else "cuda"  # a device this machine lacks
 SWEEP = {
     "study": "verify",
     "base": {"dtypes": ["float32"]},
@@ -51,6 +53,12 @@ def test_grid_times_seeds_cells():
         ({"seeds": []}, "seeds"),
         ({"seeds": [0, 2**63]}, "out of range"),
         ({"seeds": [-1]}, "out of range"),
+        # values, not only keys and types: each cell's config is built before anything runs
+        ({"base": {"dtypes": ["float16"]}}, "dtypes: unknown value 'float16'"),
+        ({"grid": {"ridge": [0.1, -1.0]}}, "ridge: must be a finite number > 0, got -1.0"),
+        ({"grid": {"ridge": [float("inf")]}}, "'ridge': must be a finite number, got inf"),
+        ({"base": {"tolerance": {"float64": 1e-9}}}, "tolerance: no entry for dtype 'float32'"),
+        ({"study": "icl", "base": {"device": UNAVAILABLE}, "grid": {}}, f"device: {UNAVAILABLE!r}"),
     ],
 )
 def test_bad_sweep_fails_before_running_anything(tmp_path, change, message):
@@ -78,9 +86,10 @@ def test_same_cell_twice_gives_identical_metrics():
 
 
 def test_failing_cell_is_reported_not_raised():
-    cell = make_cell("verify", {"dtypes": ["float16"]}, seed=0)
+    good = make_cell("verify", {"dtypes": ["float32"]}, seed=0)
+    cell = CellSpec("verify", {**good.config, "dtypes": ["float16"]}, 0)  # not via make_cell
     result = execute_cell(cell)
-    assert result.status == "failed" and "dtype" in result.error
+    assert result.status == "failed" and "dtypes" in result.error
 
 
 def _stored(path):

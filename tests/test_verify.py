@@ -228,7 +228,7 @@ def test_a_construction_that_raises_is_a_failed_row_not_a_crash():
 def test_the_summary_states_what_the_literal_von_oswald_layer_returns():
     import re
 
-    from attnreg.studies.verify import run as run_study
+    from attnreg.studies.verify.run import run as run_study
 
     text = run_study(VerifyConfig(dtypes=["float64"])).summary["von Oswald summary, as written"]
     plus = float(re.search(r"relative distance ([0-9.e+-]+);", text).group(1))

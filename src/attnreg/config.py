@@ -1,13 +1,18 @@
 """Study configs: dataclasses with a default for every field, loadable from YAML or JSON.
 
-An unknown key or a value of the wrong type is an error naming the key; nothing runs.
-YAML is read with ``yaml.safe_load`` only.
+An unknown key or a value of the wrong type is an error naming the key; nothing runs. Every
+study config checks its values when it is built (its ``__post_init__`` calls
+:func:`check_fields`, then its own range checks), so the command line, a sweep file and the
+report's overrides are refused the same way, before anything runs. YAML is read with
+:func:`read_yaml` (``yaml.safe_load`` rules, plus ``1e-3`` read as a number).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -16,6 +21,24 @@ from typing import Any, TypeVar
 import yaml
 
 T = TypeVar("T")
+
+
+class _Loader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that also reads ``1e-3`` / ``2E5`` as floats (YAML 1.2; YAML 1.1
+    wants a dot in the mantissa, so ``safe_load`` gives the string ``'1e-3'``)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def read_yaml(text: str) -> Any:
+    """Parse YAML ``text`` safely (no Python tags: ``yaml.YAMLError``), numbers in exponent form
+    such as ``1e-3`` included."""
+    return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: safe
 
 
 def _check_type(key: str, value: Any, annotation: Any) -> Any:
@@ -40,9 +63,19 @@ def _check_type(key: str, value: Any, annotation: Any) -> Any:
         inner = args[0] if args else Any
         items = [_check_type(key, v, inner) for v in value]
         return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"config key {key!r}: expected a mapping, got {value!r}")
+        key_type, value_type = args or (Any, Any)
+        return {
+            _check_type(key, k, key_type): _check_type(f"{key}[{k!r}]", v, value_type)
+            for k, v in value.items()
+        }
     if annotation is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"config key {key!r}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"config key {key!r}: must be a finite number, got {value!r}")
         return float(value)
     if annotation is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -56,7 +89,8 @@ def _check_type(key: str, value: Any, annotation: Any) -> Any:
 
 
 def config_from_dict(cls: type[T], data: dict[str, Any]) -> T:
-    """Build the dataclass ``cls`` from ``data``; an unknown key or a wrong type is a ValueError."""
+    """Build the dataclass ``cls`` from ``data``; an unknown key, a wrong type or a value its
+    ``__post_init__`` refuses is a ``ValueError`` naming the key."""
     if not isinstance(data, dict):
         raise ValueError(f"config: expected a mapping of keys to values, got {type(data).__name__}")
     assert dataclasses.is_dataclass(cls)
@@ -72,10 +106,38 @@ def config_from_dict(cls: type[T], data: dict[str, Any]) -> T:
     return cls(**values)
 
 
+def check_fields(config: Any) -> None:
+    """Check every field of the dataclass instance ``config`` against its annotation (the
+    rules of :func:`config_from_dict`; every float finite, in lists and mappings too): a
+    ``ValueError`` naming the key. The first check of every study config's
+    ``__post_init__``."""
+    hints = typing.get_type_hints(type(config))
+    for f in dataclasses.fields(config):
+        _check_type(f.name, getattr(config, f.name), hints[f.name])
+
+
+def check_device(name: str, device: str) -> str:
+    """A torch device this machine can use: ``cpu``, or ``cuda`` / ``mps`` where available;
+    else a ``ValueError`` naming ``name`` and the value."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as exc:
+        raise ValueError(f"{name}: {device!r} is not a torch device ({exc})") from exc
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{name}: {device!r} is not available (this torch has no usable CUDA)")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{name}: {device!r} is not available (no MPS here)")
+    if kind not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"{name}: {device!r} is not supported; use cpu, cuda or mps")
+    return device
+
+
 def load_config(cls: type[T], path: str | Path) -> T:
-    """Read a YAML (``safe_load``) or JSON file into the config dataclass ``cls``."""
+    """Read a YAML (:func:`read_yaml`) or JSON file into the config dataclass ``cls``."""
     text = Path(path).read_text()
-    data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+    data = json.loads(text) if str(path).endswith(".json") else read_yaml(text)
     return config_from_dict(cls, data or {})
 
 

@@ -32,6 +32,10 @@ Parametrisations (``variant``):
 
 ``layers`` layers deep, each with its own weights, or ``recurrent`` (one set of weights applied
 ``layers`` times).
+
+:meth:`TokenModel.states` keeps the hidden state (every token) before the first layer and after
+each layer of one forward pass; :meth:`TokenModel.depth_predictions` reads the prediction from
+each of them (the depth of a stack, counted in one pass).
 """
 
 from __future__ import annotations
@@ -135,14 +139,56 @@ class TokenModel(Hooked, ABC):
         core = self.layers[i]
         return core(q, k, k, metric=kq.mT, w_o=w_o, mean=self.context_mean)
 
-    def forward(self, tokens: torch.Tensor, n_ctx: int, queries_only: bool = False) -> torch.Tensor:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        n_ctx: int,
+        queries_only: bool = False,
+        keep: list[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """Run the layers on ``tokens (B, T, D)`` (keys/values: the first ``n_ctx``). With
-        ``queries_only`` the last layer updates (and returns) only the query tokens."""
+        ``queries_only`` the last layer updates (and returns) only the tokens after the keys.
+        ``keep``: a list that receives the input and the hidden state after every layer."""
+        if keep is not None:
+            keep.append(tokens)
         for i in range(self.n_layers):
             last = queries_only and i == self.n_layers - 1
             queries = tokens[:, n_ctx:] if last else tokens
             tokens = queries + self.attend(i, queries, tokens[:, :n_ctx])
+            if keep is not None:
+                keep.append(tokens)
         return tokens
+
+    def key_count(self, n_ctx: int) -> int:
+        """How many leading tokens are the keys, for ``n_ctx`` context examples (here: the
+        context tokens themselves)."""
+        return n_ctx
+
+    def readout(self, state: torch.Tensor, n_query: int) -> torch.Tensor:
+        """The prediction ``(B, M, dy)`` held by a hidden state ``(B, T, D)``: minus the last
+        ``n_query`` tokens' y-entries (the layout of the module docstring)."""
+        return -state[:, state.shape[1] - n_query :, self.d : self.d + self.dy]
+
+    def states(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> list[torch.Tensor]:
+        """The hidden state ``(B, T, D)`` of the embedded tokens and after every layer
+        (``layers + 1`` tensors), kept during one forward pass in which every layer updates
+        every token; inputs as in :meth:`predict`."""
+        return self._states(*self._checked(x_ctx, y_ctx, x_query)[:3])
+
+    def depth_predictions(
+        self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike
+    ) -> torch.Tensor:
+        """The prediction at every depth, ``(layers + 1, B, M, dy)``: :meth:`readout` of each
+        of :meth:`states` (entry ``l`` after ``l`` layers; entry 0 is the embedding's)."""
+        xc, yc, xq, _ = self._checked(x_ctx, y_ctx, x_query)
+        m = xq.shape[1]
+        return torch.stack([self.readout(s, m) for s in self._states(xc, yc, xq)])
+
+    def _states(self, xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor) -> list[torch.Tensor]:
+        kept: list[torch.Tensor] = []
+        with torch.no_grad():
+            self.forward(self.tokens(xc, yc, xq), self.key_count(xc.shape[1]), keep=kept)
+        return kept
 
     def forward_predict(
         self, x_ctx: torch.Tensor, y_ctx: torch.Tensor, x_query: torch.Tensor
@@ -160,6 +206,15 @@ class TokenModel(Hooked, ABC):
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """The one signature: ``(B, N, d), (B, N, dy), (B, M, d) -> (B, M, dy)`` (minus the
         query tokens' y-entries after the last layer). Computed in the inputs' dtype."""
+        xc, yc, xq, shape = self._checked(x_ctx, y_ctx, x_query)
+        with torch.no_grad():
+            out = check_finite_result(self.forward_predict(xc, yc, xq))
+        return check_underflow(out, self.forward_predict, xc, yc, xq).reshape(shape)
+
+    def _checked(
+        self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[int, ...]]:
+        """:func:`check_tasks`, the model's ``d`` and ``dy`` checked, moved to its device."""
         xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
         if xc.shape[2] != self.d or yc.shape[2] != self.dy:
             raise ValueError(
@@ -167,10 +222,7 @@ class TokenModel(Hooked, ABC):
                 f"(d = {self.d}, dy = {self.dy})"
             )
         device = next(self.parameters()).device
-        xc, yc, xq = xc.to(device), yc.to(device), xq.to(device)
-        with torch.no_grad():
-            out = check_finite_result(self.forward_predict(xc, yc, xq))
-        return check_underflow(out, self.forward_predict, xc, yc, xq).reshape(shape)
+        return xc.to(device), yc.to(device), xq.to(device), shape
 
     @abstractmethod
     def spec(self) -> dict[str, Any]:

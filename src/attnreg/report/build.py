@@ -19,8 +19,6 @@ from attnreg.runs.paths import folder_problem
 from attnreg.runs.store import CellResult, ResultsStore, now
 from attnreg.studies.registry import STUDIES, get_study
 
-TABLE_STUDIES = ("verify",)
-
 
 def report_cells(
     studies: list[str],
@@ -32,6 +30,18 @@ def report_cells(
     (keys of its config; an unknown key is an error naming it)."""
     extra = overrides or {}
     return [make_cell(name, extra.get(name, {}), seed, profile) for name in studies]
+
+
+def check_overrides(overrides: dict[str, dict[str, Any]], seed: int, profile: str) -> None:
+    """Build each overridden study's config (its ``profile`` with the overrides and ``seed``):
+    an unknown study, an unknown key, a wrong type or a bad value is a ``ValueError`` naming
+    the study and the key."""
+    for name, changes in overrides.items():
+        get_study(name)
+        try:
+            make_cell(name, changes, seed, profile)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"overrides of {name}: {exc}") from exc
 
 
 def build_report(
@@ -50,19 +60,16 @@ def build_report(
 
     ``overrides`` maps a study name to config keys replacing its profile's values (e.g. a
     smaller grid); the page's re-create command then lists them. Arguments are checked before
-    anything runs (``ValueError`` naming the culprit); SIGINT or SIGTERM stops the studies
+    anything runs, each study's config built with its overrides (``ValueError`` naming the
+    culprit: nothing runs, nothing is written); SIGINT or SIGTERM stops the studies
     with every finished one stored (:class:`~attnreg.runs.lifecycle.RunInterrupted`)."""
     out = Path(out_dir)
     check_seed("seed", seed)
     check_workers(workers)
     names = list(studies or STUDIES)
-    for name in [*names, *(overrides or {})]:
+    for name in names:
         get_study(name)
-    for name, changes in (overrides or {}).items():
-        try:
-            make_cell(name, changes, seed, profile)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"overrides of {name}: {exc}") from exc
+    check_overrides(overrides or {}, seed, profile)
     problem = folder_problem(out)
     if problem:
         raise ValueError(f"output folder {out} {problem}")
@@ -97,13 +104,11 @@ def build_report(
             if cell is None:
                 continue
             spec = get_study(name)
-            command = f"{spec.cli or 'attnreg ' + name} --{profile} --seed {seed}"
-            if name == "verify":
-                command = f"attnreg verify --seed {seed}"
+            command = spec.command(profile, seed)
             changed = (overrides or {}).get(name)
             if changed:
                 command += " with " + ", ".join(f"{k} = {v!r}" for k, v in changed.items())
-            sections.append(section(cell, command, table=name in TABLE_STUDIES))
+            sections.append(section(cell, command, table=spec.report_table))
         store.export(out)
         html = render(sections, store_file.name, store.count())
     page = out / "index.html"

@@ -9,8 +9,9 @@ import typer
 import yaml
 from rich.console import Console
 
+from attnreg.config import read_yaml
 from attnreg.core.validation import check_seed
-from attnreg.report.build import build_report
+from attnreg.report.build import build_report, check_overrides
 from attnreg.runs.cli import check_workers_option, fail, interrupted
 from attnreg.runs.lifecycle import RunInterrupted
 from attnreg.runs.paths import folder_problem
@@ -19,10 +20,10 @@ from attnreg.studies.registry import STUDIES
 
 
 def load_overrides(path: Path) -> dict[str, dict[str, Any]]:
-    """A YAML mapping of study name to config keys (``yaml.safe_load``); ``ValueError``
-    naming the file otherwise."""
+    """A YAML mapping of study name to config keys (:func:`~attnreg.config.read_yaml`: safe);
+    ``ValueError`` naming the file otherwise."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = read_yaml(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ValueError(f"{path}: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
@@ -80,6 +81,10 @@ def report_command(
             changed = load_overrides(overrides)
         except ValueError as exc:
             fail(f"--overrides {exc}")
+        try:  # every overridden config is built now: a bad value stops before anything runs
+            check_overrides(changed, seed, "full" if full else "quick")
+        except ValueError as exc:
+            fail(str(exc))
     problem = folder_problem(out)
     if problem:
         fail(f"--out {out} {problem}")

@@ -17,14 +17,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from attnreg import __version__
 from attnreg.runs.store import CellResult
+from attnreg.studies.registry import STUDIES
 
-TITLES = {
-    "verify": "verify — the equivalence certificate",
-    "compare": "compare — attention variants against ridge regression",
-    "icl": "icl — trained linear attention learns gradient descent",
-    "capacity": "capacity — associative memory from linear to exponential",
-    "explain": "explain — which estimator does a layer compute?",
-}
 MAX_TABLE_ROWS = 200
 
 
@@ -71,10 +65,11 @@ def certificate_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def section(cell: CellResult, command: str, table: bool) -> StudySection:
-    """A study section from its stored cell."""
+    """A study section from its stored cell, under the title of the study's spec."""
+    spec = STUDIES.get(cell.study)
     return StudySection(
         name=cell.study,
-        title=TITLES.get(cell.study, cell.study),
+        title=spec.title if spec is not None else cell.study,
         command=command,
         config_json=json.dumps(cell.config, sort_keys=True),
         status=cell.status,

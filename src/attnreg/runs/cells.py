@@ -50,15 +50,15 @@ class CellSpec:
 
 
 def make_cell(study: str, overrides: dict[str, Any], seed: int, profile: str = "quick") -> CellSpec:
-    """Validate ``overrides`` against the study's config (unknown key → ``ValueError`` naming
-    it) on top of its ``profile``, set the seed (0 … 2**63 - 1), and return the cell with its
-    full config."""
+    """Validate ``overrides`` by building the study's config from its ``profile`` with them
+    (an unknown key, a wrong type or a bad value → ``ValueError`` naming the key), set the
+    seed (0 … 2**63 - 1), and return the cell with its full config."""
     check_seed("seed", seed)
     spec = get_study(study)
     base = config_to_dict(spec.profile(profile))
     if "seed" not in base:
         raise ValueError(f"study {study!r}: its config has no 'seed' field")
-    cfg: Any = config_from_dict(spec.config_cls(), {**base, **overrides, "seed": seed})
+    cfg: Any = config_from_dict(spec.config_class, {**base, **overrides, "seed": seed})
     return CellSpec(study, config_to_dict(cfg), seed)
 
 
@@ -100,7 +100,7 @@ def execute_cell(cell: CellSpec, figures: bool = False, threads: int | None = No
     started = now()
     try:
         spec = get_study(cell.study)
-        cfg: Any = config_from_dict(spec.config_cls(), cell.config)
+        cfg: Any = config_from_dict(spec.config_class, cell.config)
         progress = Progress(_emit if _EVENTS is not None else None)
         with progress.stage(f"{cell.study} [{cell.key[:6]}]") as stage:
             result = spec.run(cfg, progress=stage.progress)

@@ -10,8 +10,8 @@ profile: quick           # or full: the defaults the base starts from
 figures: false           # store figures (base64 PNG) with each cell
 ```
 
-Everything is validated before anything runs: an unknown key (top level, base or grid) or a
-wrong type is a ``ValueError`` naming it.
+Everything is validated before anything runs: every cell's config is built (so an unknown key,
+top level, base or grid, a wrong type or a bad value is a ``ValueError`` naming it).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from attnreg.config import read_yaml
 from attnreg.core.validation import check_seed
 from attnreg.runs.cells import CellSpec, make_cell
 
@@ -86,10 +87,10 @@ def parse_sweep(data: Any) -> Sweep:
 
 
 def load_sweep(path: str | Path) -> Sweep:
-    """Read a YAML sweep file (``yaml.safe_load``) and validate it."""
+    """Read a YAML sweep file (:func:`~attnreg.config.read_yaml`: safe) and validate it."""
     text = Path(path).read_text()
     try:
-        data = yaml.safe_load(text)
+        data = read_yaml(text)
     except yaml.YAMLError as exc:
         raise ValueError(f"sweep file {path}: not valid YAML ({exc})") from exc
     return parse_sweep(data)

@@ -3,82 +3,32 @@
 ``attnreg verify|compare|icl|capacity`` all take the same options — ``--quick/--full``,
 ``--config FILE`` (its fields replace the profile's), ``--set KEY=VALUE`` (repeatable, applied
 after the file), ``--seed``, ``--out``, ``--json``, ``--device``, ``--progress/--no-progress`` —
-plus a few of their own (:data:`EXTRAS`), which are shorthands for config fields. Every user
-error (unreadable or invalid config file, unknown key, wrong type, bad device, bad value) is one
-line on stderr naming the culprit, exit status 2; a study whose checks fail exits with 1.
+plus a few of their own (the ``extras`` of the study's
+:class:`~attnreg.studies.spec.StudySpec`), which are shorthands for config fields. Every user
+error (unreadable or invalid config file, unknown key, wrong type, bad device, bad value: the
+config refuses it when built, before anything runs) is one line on stderr naming the culprit,
+exit status 2; a study whose checks fail exits with 1.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
 import yaml
 
-from attnreg.config import config_from_dict, config_to_dict
-from attnreg.core.validation import check_seed
+from attnreg.config import check_device, config_from_dict, config_to_dict, read_yaml
 from attnreg.output import rows_to_json
 from attnreg.progress import terminal_progress
 from attnreg.studies.common import StudyResult
-from attnreg.studies.registry import STUDIES, StudySpec
+from attnreg.studies.registry import STUDIES
+from attnreg.studies.spec import StudyConfig, StudySpec
 
 USAGE_ERROR = 2
-
-
-@dataclass(frozen=True)
-class Extra:
-    """A study's own option: ``--flag VALUE`` sets config field ``field`` to ``parse(VALUE)``."""
-
-    flag: str
-    field: str
-    help: str
-    parse: Callable[[str], Any] = str
-
-
-def _names(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def _dtypes(text: str) -> list[str]:
-    return ["float64", "float32"] if text == "both" else _names(text)
-
-
-EXTRAS: dict[str, tuple[Extra, ...]] = {
-    "verify": (
-        Extra("--dtype", "dtypes", "Precision to check: float64, float32 or both.", _dtypes),
-        Extra("--tol-scale", "tol_scale", "Multiply every tolerance by this factor.", float),
-        Extra("--ridge", "ridge", "Ridge λ of the ridge-form constructions (> 0).", float),
-    ),
-    "icl": (
-        Extra("--models", "models", "Comma-separated subset of the models to train.", _names),
-        Extra("--threads", "threads", "Torch intra-op threads (1 is fastest here).", int),
-    ),
-    "compare": (),
-    "capacity": (),
-}
-
-HELP: dict[str, str] = {
-    "verify": "The equivalence certificate: build every construction (OLS-Transformer, "
-    "OLS-attention, GD/GD++/preconditioned LSA, mesa layer) from random tasks, including "
-    "degenerate and extreme-scale designs, run its forward pass and compare it with numpy / "
-    "scikit-learn. Exit status 1 if any row exceeds its tolerance.",
-    "compare": "Attention variants (softmax, regression-like, whitened; data whitening, "
-    "shared/separate/single W_q W_kᵀ, layer norm) trained on synthetic, diabetes and sine data "
-    "against ridge and OLS; the OLS-Transformer trained from scratch; the blog's open questions "
-    "answered with numbers.",
-    "icl": "Linear and softmax self-attention trained on in-context regression tasks (von Oswald "
-    "et al. 2023) and compared with line-searched GD, GD++, preconditioned GD, OLS and ridge: "
-    "losses, alignment, learned η, context-size and out-of-distribution sweeps.",
-    "capacity": "Associative-memory capacity N_max(d) of the pseudo-inverse (regression) memory, "
-    "Hebbian Hopfield, dense associative memories and softmax modern Hopfield, with theory "
-    "curves; the Universal Hopfield similarity × separation grid on scikit-learn's digits.",
-}
 
 
 def fail(message: str) -> NoReturn:
@@ -88,7 +38,8 @@ def fail(message: str) -> NoReturn:
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
-    """The mapping in a YAML (``safe_load``) or JSON file; a clear ``ValueError`` otherwise."""
+    """The mapping in a YAML (:func:`~attnreg.config.read_yaml`) or JSON file; a clear
+    ``ValueError`` otherwise."""
     if not path.is_file():
         raise ValueError(f"--config {str(path)!r}: no such file")
     try:
@@ -99,7 +50,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
             "or JSON"
         ) from exc
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else read_yaml(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"--config {str(path)!r}: invalid JSON ({exc})") from exc
     except yaml.YAMLError as exc:
@@ -122,27 +73,10 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ValueError(f"--set {item!r}: expected KEY=VALUE")
         try:
-            out[key.strip()] = yaml.safe_load(value)
+            out[key.strip()] = read_yaml(value)
         except yaml.YAMLError as exc:
             raise ValueError(f"--set {item!r}: the value is not valid YAML") from exc
     return out
-
-
-def check_device(device: str) -> str:
-    """A device this torch can use: ``cpu``, or ``cuda``/``mps`` where available."""
-    import torch
-
-    try:
-        kind = torch.device(device).type
-    except RuntimeError as exc:
-        raise ValueError(f"--device {device!r}: not a torch device ({exc})") from exc
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {device!r}: this torch build has no usable CUDA device")
-    if kind == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"--device {device!r}: MPS is not available here")
-    if kind not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"--device {device!r}: use cpu, cuda or mps")
-    return device
 
 
 def build_config(
@@ -151,25 +85,26 @@ def build_config(
     config_file: Path | None,
     sets: dict[str, Any],
     seed: int | None,
-    device: str,
-) -> Any:
+    device: str | None,
+) -> StudyConfig:
     """The profile's config, with the file's fields, then ``--set``, ``--seed`` and ``--device``
-    (where the config has a device field) replacing its values; validated."""
+    (where the config has a device field) replacing its values; the config checks every value
+    when built (a ``ValueError`` naming the key)."""
     values = config_to_dict(spec.profile("full" if full else "quick"))
     if config_file is not None:
         values |= read_config_file(config_file)
     values |= sets
-    fields = set(spec.field_names())
     if seed is not None:
         values["seed"] = seed
-    if "device" in fields:
-        values["device"] = check_device(device)
-    elif device != "cpu":
-        raise ValueError(f"--device {device!r}: the {spec.name} study runs on the CPU only")
-    config: Any = config_from_dict(spec.config_cls(), values)
-    if "seed" in fields:
-        check_seed("seed", config.seed)
-    return config
+    if device is not None:
+        check_device("--device", device)
+        if "device" in spec.field_names():
+            values["device"] = device
+        elif device != "cpu":
+            raise ValueError(
+                f"--device: the {spec.name} study runs on the CPU only, got {device!r}"
+            )
+    return config_from_dict(spec.config_class, values)
 
 
 def _run(spec: StudySpec, options: dict[str, Any]) -> None:
@@ -177,10 +112,13 @@ def _run(spec: StudySpec, options: dict[str, Any]) -> None:
         fail("--quick and --full: choose one")
     sets: dict[str, Any] = {}
     try:
-        for extra in EXTRAS[spec.name]:
+        for extra in spec.extras:
             value = options[_param(extra.flag)]
             if value is not None:
-                sets[extra.field] = extra.parse(value)
+                try:
+                    sets[extra.field] = extra.parse(value)
+                except ValueError as exc:
+                    raise ValueError(f"{extra.flag} {value!r}: {exc}") from exc
         sets |= parse_set(options["set"] or [])
         config = build_config(
             spec,
@@ -208,11 +146,10 @@ def _run(spec: StudySpec, options: dict[str, Any]) -> None:
 
 
 def _report(spec: StudySpec, result: StudyResult, out: Path, as_json: bool) -> None:
-    """``--json``: the rows (or the study's own ``json_rows`` view of them, where it has one);
+    """``--json``: the rows (or the study's own ``json_view`` of them, where it has one);
     otherwise the summary, the checks and where the files went."""
     if as_json:
-        view = getattr(importlib.import_module(spec.module), "json_rows", None)
-        typer.echo(rows_to_json(view(result) if callable(view) else result.rows))
+        typer.echo(rows_to_json(spec.json_rows(result)))
         return
     from rich.console import Console
 
@@ -278,8 +215,10 @@ def _common_parameters() -> list[inspect.Parameter]:
         ),
         option(
             "device",
-            typer.Option("cpu", "--device", help="Torch device: cpu (default), cuda or mps."),
-            str,
+            typer.Option(
+                None, "--device", help="Torch device: cpu (the profiles' default), cuda or mps."
+            ),
+            str | None,
         ),
         option(
             "progress",
@@ -294,9 +233,9 @@ def _common_parameters() -> list[inspect.Parameter]:
 
 
 def make_command(spec: StudySpec) -> Callable[..., None]:
-    """The typer command of study ``spec``: the common options plus its :data:`EXTRAS`."""
+    """The typer command of study ``spec``: the common options plus its ``extras``."""
     params = _common_parameters()
-    for extra in EXTRAS[spec.name]:
+    for extra in spec.extras:
         params.append(
             inspect.Parameter(
                 _param(extra.flag),
@@ -310,7 +249,7 @@ def make_command(spec: StudySpec) -> Callable[..., None]:
         _run(spec, options)
 
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    command.__doc__ = HELP[spec.name]
+    command.__doc__ = spec.help
     command.__name__ = f"{spec.name}_command"
     return command
 
@@ -318,4 +257,4 @@ def make_command(spec: StudySpec) -> Callable[..., None]:
 def register_studies(app: typer.Typer) -> None:
     """Attach ``attnreg NAME`` for every study of the registry."""
     for name, spec in STUDIES.items():
-        app.command(name, help=HELP[name])(make_command(spec))
+        app.command(name, help=spec.help)(make_command(spec))

@@ -1,83 +1,44 @@
-"""The studies attnreg knows, by name: their config class, profiles and runner.
+"""The studies attnreg knows, by name: the registry the command line, sweeps and report use.
 
-Each study package provides a config dataclass (every field with a default, one of them
-``seed``), a runner ``run(config, progress) -> StudyResult`` that computes and writes nothing,
-and ``quick_config()`` / ``full_config()`` for its profiles. :meth:`StudySpec.run` is the one
-protocol the command line, the sweeps and the report use: run the study, then write the result
-into ``out_dir`` if one is given. ``explain`` is not listed: it explains a given checkpoint,
-and the icl study already explains the layers it trains. Modules are imported lazily, so a
-broken or slow study never stops the others from being listed or run.
+A study is one package whose light ``__init__`` exports ``SPEC``, a
+:class:`~attnreg.studies.spec.StudySpec` (config class, profiles, runner, help, report title,
+its own options), and one line in :data:`PACKAGES`. Packages named in the environment
+variable ``ATTNREG_STUDIES`` (comma-separated, importable from ``sys.path``) are registered
+too, in this process and in every worker process a sweep or the report starts; within a
+process, :func:`register` adds one. ``explain`` is not a study: it explains a given checkpoint,
+and the icl study already explains the layers it trains.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, fields
-from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+import os
 
-from attnreg.progress import Progress
-from attnreg.studies.common import StudyResult
+from attnreg.studies.spec import StudySpec
 
-if TYPE_CHECKING:  # the config modules are leaves: no cycle, and nothing heavy at run time
-    from attnreg.studies.capacity.config import CapacityConfig
-    from attnreg.studies.compare.config import CompareConfig
-    from attnreg.studies.icl.config import ICLConfig
-    from attnreg.studies.verify.config import VerifyConfig
+PACKAGES = (
+    "attnreg.studies.verify",
+    "attnreg.studies.compare",
+    "attnreg.studies.icl",
+    "attnreg.studies.capacity",
+)
+ENVIRONMENT = "ATTNREG_STUDIES"
 
-    StudyConfig: TypeAlias = VerifyConfig | CompareConfig | ICLConfig | CapacityConfig
-
-
-@dataclass(frozen=True)
-class StudySpec:
-    """Where a study lives: its package ``module`` with ``config_class``, ``run``,
-    ``quick_config()`` and ``full_config()``; ``cli`` is its command."""
-
-    name: str
-    module: str
-    config_class: str
-    cli: str = ""
-
-    def config_cls(self) -> type:
-        """The study's config dataclass."""
-        cls: type = getattr(importlib.import_module(self.module), self.config_class)
-        return cls
-
-    def profile(self, name: str = "quick") -> StudyConfig:
-        """A config instance for the ``quick`` or ``full`` profile: the module's
-        ``quick_config()`` / ``full_config()`` (another name: the config's defaults)."""
-        factory = getattr(importlib.import_module(self.module), f"{name}_config", None)
-        config: StudyConfig = factory() if callable(factory) else self.config_cls()()
-        return config
-
-    def run(
-        self,
-        config: StudyConfig,
-        out_dir: str | Path | None = None,
-        progress: Progress | None = None,
-    ) -> StudyResult:
-        """Run the study with ``config`` (stages shown on ``progress``), then write the result
-        into ``out_dir`` (:meth:`StudyResult.write`) if given."""
-        fn = importlib.import_module(self.module).run
-        result = fn(config, progress or Progress.quiet())
-        assert isinstance(result, StudyResult)
-        if out_dir is not None:
-            result.write(out_dir)
-        return result
-
-    def field_names(self) -> list[str]:
-        """The config's keys."""
-        return [f.name for f in fields(self.config_cls())]
+STUDIES: dict[str, StudySpec] = {}
 
 
-STUDIES: dict[str, StudySpec] = {
-    "verify": StudySpec("verify", "attnreg.studies.verify", "VerifyConfig", cli="attnreg verify"),
-    "compare": StudySpec("compare", "attnreg.studies.compare", "CompareConfig", "attnreg compare"),
-    "icl": StudySpec("icl", "attnreg.studies.icl", "ICLConfig", "attnreg icl"),
-    "capacity": StudySpec(
-        "capacity", "attnreg.studies.capacity", "CapacityConfig", "attnreg capacity"
-    ),
-}
+def register(package: str) -> StudySpec:
+    """Import ``package``, add its ``SPEC`` to :data:`STUDIES` under ``SPEC.name`` and return
+    it; a ``ValueError`` naming the package if it has no ``StudySpec`` or takes a name already
+    registered by another package."""
+    spec = getattr(importlib.import_module(package), "SPEC", None)
+    if not isinstance(spec, StudySpec):
+        raise ValueError(f"study package {package!r}: no SPEC (a StudySpec) in its __init__")
+    known = STUDIES.get(spec.name)
+    if known is not None and known is not spec:
+        raise ValueError(f"study package {package!r}: the name {spec.name!r} is taken")
+    STUDIES[spec.name] = spec
+    return spec
 
 
 def get_study(name: str) -> StudySpec:
@@ -85,3 +46,16 @@ def get_study(name: str) -> StudySpec:
     if name not in STUDIES:
         raise ValueError(f"study: unknown value {name!r}; valid names are {', '.join(STUDIES)}")
     return STUDIES[name]
+
+
+def _register_environment_packages() -> None:
+    for package in [p.strip() for p in os.environ.get(ENVIRONMENT, "").split(",") if p.strip()]:
+        try:
+            register(package)
+        except ImportError as exc:
+            raise ImportError(f"{ENVIRONMENT}: cannot import study package {package!r}") from exc
+
+
+for _package in PACKAGES:
+    register(_package)
+_register_environment_packages()

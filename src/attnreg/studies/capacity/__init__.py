@@ -5,11 +5,37 @@ Modules: :mod:`~attnreg.studies.capacity.config` (settings and profiles, a leaf)
 :mod:`~attnreg.studies.capacity.sweeps` (the ``N_max(d)`` search),
 :mod:`~attnreg.studies.capacity.pool` (the same in worker processes),
 :mod:`~attnreg.studies.capacity.summary`, :mod:`~attnreg.studies.capacity.figures`,
-:mod:`~attnreg.studies.capacity.run` (the runner); its command line is built from the registry
-(``attnreg capacity``, :mod:`attnreg.studies.command`). Importing ``run`` here binds the name to
-the runner function (not the submodule of the same name)."""
+:mod:`~attnreg.studies.capacity.run` (the runner). This ``__init__`` stays light: the config and
+:data:`SPEC`, from which the registry builds ``attnreg capacity``, its sweep cells and its
+report section."""
+
+from typing import Any
 
 from attnreg.studies.capacity.config import CapacityConfig, full_config, quick_config
-from attnreg.studies.capacity.run import JSON_KEYS, json_rows, run
+from attnreg.studies.spec import StudySpec, load
 
-__all__ = ["JSON_KEYS", "CapacityConfig", "full_config", "json_rows", "quick_config", "run"]
+SPEC = StudySpec(
+    name="capacity",
+    config_class=CapacityConfig,
+    quick=quick_config,
+    full=full_config,
+    runner="attnreg.studies.capacity.run:run",
+    help="Associative-memory capacity N_max(d) of the pseudo-inverse (regression) memory, "
+    "Hebbian Hopfield, dense associative memories and softmax modern Hopfield, with theory "
+    "curves; the Universal Hopfield similarity × separation grid on scikit-learn's digits.",
+    title="capacity — associative memory from linear to exponential",
+    json_view="attnreg.studies.capacity.run:json_rows",
+)
+
+
+def __getattr__(name: str) -> Any:
+    """``capacity.run``: the runner function, imported on first use (``attnreg bench``'s P5
+    calls it so); the runner's module is :mod:`attnreg.studies.capacity.run`."""
+    if name == "run":
+        runner = load(SPEC.runner)
+        globals()["run"] = runner  # the import bound the submodule to this name: rebind
+        return runner
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["SPEC", "CapacityConfig", "full_config", "quick_config"]

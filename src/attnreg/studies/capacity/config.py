@@ -1,11 +1,18 @@
-"""The ``capacity`` study's settings: the config dataclass, its quick and full profiles and
-its validation."""
+"""The ``capacity`` study's settings: the config dataclass (which checks its values when built)
+and its quick and full profiles."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from attnreg.core.validation import check_choice, check_positive, check_positive_int
+from attnreg.config import check_device, check_fields
+from attnreg.core.validation import (
+    check_choice,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+    check_seed,
+)
 
 
 @dataclass
@@ -64,6 +71,106 @@ class CapacityConfig:
     cost_queries: int = 256
     cost_repeats: int = 5
 
+    def __post_init__(self) -> None:
+        """Refuse a bad value with a ``ValueError`` naming the key (and the value)."""
+        check_fields(self)
+        check_seed("seed", self.seed)
+        check_device("device", self.device)
+        self._check_counts()
+        self._check_thresholds()
+        self._check_dimensions()
+
+    def _check_counts(self) -> None:
+        for name in (
+            "seeds",
+            "queries",
+            "n_limit",
+            "grid_power",
+            "softmax_flips",
+            "grid_random_d",
+            "energy_flips",
+            "energy_check_d",
+            "energy_check_steps",
+            "energy_check_queries",
+            "cost_queries",
+            "cost_repeats",
+        ):
+            check_positive_int(name, getattr(self, name))
+        if self.workers < 0:
+            raise ValueError(f"workers: must be an integer >= 0 (0: automatic), got {self.workers}")
+        for n in self.energy_check_n:
+            check_positive_int("energy_check_n", n)
+        for case in self.ols_energy_cases:
+            if len(case) != 2 or not all(v > 0 for v in case):
+                raise ValueError(
+                    f"ols_energy_cases: every case must be [N, d] integers, got {case!r}"
+                )
+            if case[0] <= case[1]:
+                raise ValueError(f"ols_energy_cases: every case needs N > d, got {case!r}")
+        for n in self.digits_n:
+            if not 1 <= n <= 1797:
+                raise ValueError(f"digits_n: every N must lie in 1..1797, got {n}")
+
+    def _check_thresholds(self) -> None:
+        for name in (
+            "softmax_beta",
+            "grid_beta",
+            "sphere_tolerance",
+            "digits_tolerance",
+            "min_softmax_growth_r2",
+            "energy_softmax_beta",
+            "max_energy_increase",
+            "max_cccp_shortfall",
+            "max_ols_error_over_bound",
+        ):
+            check_positive(name, getattr(self, name))
+        for name in ("sphere_sigma", "digits_sigma"):
+            check_nonnegative(name, getattr(self, name))
+        for name, values in (
+            ("epsilon", [self.epsilon]),
+            ("hebbian_epsilons", self.hebbian_epsilons),
+        ):
+            for eps in values:
+                if not 0 < eps < 1:
+                    raise ValueError(f"{name}: must lie in (0, 1), got {eps}")
+        for name in ("hebbian_flip_fraction", "hebbian_bit_tolerance", "grid_random_flip_fraction"):
+            value = getattr(self, name)
+            if not 0 <= value < 1:
+                raise ValueError(f"{name}: must lie in [0, 1), got {value}")
+        if self.min_softmax_growth_r2 > 1:
+            raise ValueError(
+                f"min_softmax_growth_r2: an R² is at most 1, got {self.min_softmax_growth_r2}"
+            )
+        check_choice("hebbian_dynamics", self.hebbian_dynamics, ("synchronous", "asynchronous"))
+
+    def _check_dimensions(self) -> None:
+        for name in (
+            "pinv_d",
+            "hebbian_d",
+            "dam2_d",
+            "dam3_d",
+            "dam4_d",
+            "softmax_d",
+            "sphere_d",
+            "energy_quadratic_d",
+            "energy_power3_d",
+            "energy_power4_d",
+            "energy_softmax_d",
+        ):
+            for d in getattr(self, name):
+                check_positive_int(name, d)
+        energy_dims = [
+            self.energy_check_d,
+            *self.energy_quadratic_d,
+            *self.energy_power3_d,
+            *self.energy_power4_d,
+            *self.energy_softmax_d,
+        ]
+        if self.energy_flips > min(energy_dims):
+            raise ValueError(f"energy_flips: more flips than dimensions ({self.energy_flips})")
+        if self.softmax_d and self.softmax_flips > min(self.softmax_d):
+            raise ValueError(f"softmax_flips: more flips than dimensions ({self.softmax_flips})")
+
 
 def quick_config() -> CapacityConfig:
     """The ``--quick`` profile (the defaults): the P5 workload of ``attnreg bench``, ≤ 120 s on
@@ -90,75 +197,3 @@ def full_config() -> CapacityConfig:
         energy_power4_d=[12, 16, 20, 24, 32, 48],
         energy_softmax_d=[10, 12, 14, 16, 18, 20, 22, 24, 26],
     )
-
-
-def check_config(config: CapacityConfig) -> None:
-    """Reject invalid settings with a ``ValueError`` naming the field."""
-    check_positive_int("seeds", config.seeds)
-    check_positive_int("queries", config.queries)
-    check_positive_int("n_limit", config.n_limit)
-    workers = config.workers
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-        raise ValueError(f"workers: must be an integer >= 0 (0: automatic), got {workers!r}")
-    check_positive_int("grid_power", config.grid_power)
-    check_positive_int("softmax_flips", config.softmax_flips)
-    check_positive_int("grid_random_d", config.grid_random_d)
-    for name in (
-        "energy_flips",
-        "energy_check_d",
-        "energy_check_steps",
-        "energy_check_queries",
-        "cost_queries",
-        "cost_repeats",
-    ):
-        check_positive_int(name, getattr(config, name))
-    for n in config.energy_check_n:
-        check_positive_int("energy_check_n", n)
-    for case in config.ols_energy_cases:
-        if len(case) != 2 or not all(isinstance(v, int) and v > 0 for v in case):
-            raise ValueError(f"ols_energy_cases: every case must be [N, d] integers, got {case!r}")
-        if case[0] <= case[1]:
-            raise ValueError(f"ols_energy_cases: every case needs N > d, got {case!r}")
-    for name in (
-        "softmax_beta",
-        "grid_beta",
-        "sphere_tolerance",
-        "digits_tolerance",
-        "min_softmax_growth_r2",
-        "energy_softmax_beta",
-        "max_energy_increase",
-        "max_cccp_shortfall",
-        "max_ols_error_over_bound",
-    ):
-        check_positive(name, getattr(config, name))
-    for eps in [config.epsilon, *config.hebbian_epsilons]:
-        if not 0 < eps < 1:
-            raise ValueError(f"epsilon: must lie in (0, 1), got {eps}")
-    check_choice("hebbian_dynamics", config.hebbian_dynamics, ("synchronous", "asynchronous"))
-    for name in (
-        "pinv_d",
-        "hebbian_d",
-        "dam2_d",
-        "dam3_d",
-        "dam4_d",
-        "softmax_d",
-        "sphere_d",
-        "energy_quadratic_d",
-        "energy_power3_d",
-        "energy_power4_d",
-        "energy_softmax_d",
-    ):
-        for d in getattr(config, name):
-            check_positive_int(name, d)
-    energy_dims = [
-        config.energy_check_d,
-        *config.energy_quadratic_d,
-        *config.energy_power3_d,
-        *config.energy_power4_d,
-        *config.energy_softmax_d,
-    ]
-    if config.energy_flips > min(energy_dims):
-        raise ValueError(f"energy_flips: more flips than dimensions ({config.energy_flips})")
-    for n in config.digits_n:
-        if not 1 <= n <= 1797:
-            raise ValueError(f"digits_n: every N must lie in 1..1797, got {n}")

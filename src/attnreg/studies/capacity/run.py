@@ -28,7 +28,7 @@ from attnreg.core.whitening import ConditioningWarning, RankWarning
 from attnreg.memory import GRID_SIMILARITIES
 from attnreg.progress import Progress
 from attnreg.studies.capacity import families as fam
-from attnreg.studies.capacity.config import CapacityConfig, check_config
+from attnreg.studies.capacity.config import CapacityConfig
 from attnreg.studies.capacity.energy import (
     cost_rows,
     energy_capacity_rows,
@@ -49,7 +49,6 @@ def run(config: CapacityConfig | None = None, progress: Progress | None = None) 
     checks (writes nothing). ``progress`` shows one
     stage with a step per finished search."""
     config = config or CapacityConfig()
-    check_config(config)
     progress = progress or Progress.quiet()
     with progress.stage("capacity searches", total=task_count(config)) as stage:
         return _run(config, lambda label: stage.advance(label=label))

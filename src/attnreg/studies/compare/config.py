@@ -1,18 +1,18 @@
 """The ``compare`` study's settings: the row keys, the cells the figures show, the config
-dataclass and its quick and full profiles."""
+dataclass (which checks its values when built) and its quick and full profiles."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-import torch
-
+from attnreg.config import check_device, check_fields
 from attnreg.core.validation import (
     check_choice,
     check_nonnegative,
     check_positive,
     check_positive_int,
+    check_seed,
 )
 from attnreg.data.regression import DATA_MODES
 from attnreg.models.regressors import QK_MODES, VARIANTS
@@ -115,6 +115,10 @@ class CompareConfig:
         return list(range(self.seed, self.seed + self.seeds))
 
     def __post_init__(self) -> None:
+        """Refuse a bad value with a ``ValueError`` naming the key (and the value)."""
+        check_fields(self)
+        check_seed("seed", self.seed)
+        check_device("device", self.device)
         for mode in self.data_modes:
             check_choice("data_modes", mode, DATA_MODES)
         for variant in self.variants:
@@ -124,25 +128,42 @@ class CompareConfig:
         for name in ("data_modes", "variants", "whitening", "qk", "layernorm"):
             if not getattr(self, name):
                 raise ValueError(f"{name}: must list at least one value")
-        check_positive_int("seeds", self.seeds)
-        check_positive("ridge", self.ridge)
-        check_positive("max_sklearn_gap", self.max_sklearn_gap)
-        check_positive("max_whitened_vs_ridge", self.max_whitened_vs_ridge)
-        check_positive_int("steps", self.steps)
-        check_positive_int("ols_steps", self.ols_steps)
-        check_positive_int("probe_steps", self.probe_steps)
-        check_positive("lr", self.lr)
-        check_positive("ols_lr", self.ols_lr)
-        check_positive_int("threads", self.threads)
-        try:
-            torch.empty(0, device=self.device)
-        except (RuntimeError, AssertionError) as exc:
-            raise ValueError(f"device: {self.device!r} is not usable here ({exc})") from exc
+        self._check_training()
+        self._check_sections()
+
+    def _check_training(self) -> None:
+        for name in (
+            "seeds",
+            "n_test",
+            "d",
+            "steps",
+            "eval_every",
+            "patience",
+            "ols_steps",
+            "probe_steps",
+            "threads",
+        ):
+            check_positive_int(name, getattr(self, name))
+        if self.n_train < 2:
+            raise ValueError(f"n_train: must be an integer >= 2, got {self.n_train}")
+        for name in (
+            "ridge",
+            "lr",
+            "ols_lr",
+            "init_scale",
+            "max_sklearn_gap",
+            "max_whitened_vs_ridge",
+        ):
+            check_positive(name, getattr(self, name))
+        check_nonnegative("noise", self.noise)
+        if not self.condition >= 1:
+            raise ValueError(f"condition: must be a finite number >= 1, got {self.condition}")
+        for shift in self.shift_magnitudes:
+            check_nonnegative("shift_magnitudes", shift)
         if not 0 < self.validation_fraction < 1:
             raise ValueError(
                 f"validation_fraction: must be in (0, 1), got {self.validation_fraction}"
             )
-        self._check_sections()
 
     def _check_sections(self) -> None:
         for name in ("density_powers", "beta_multipliers", "tang_patterns", "tang_rhos"):

@@ -1,12 +1,23 @@
 """The ``icl`` study's settings: the models it can train (:data:`MODEL_SPECS`), the config
-dataclass and its quick and full profiles (von Oswald et al. 2023; Ahn et al. 2023)."""
+dataclass (which checks its values when built) and its quick and full profiles (von Oswald et
+al. 2023; Ahn et al. 2023)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from attnreg.core.validation import check_choice, check_positive, check_positive_int
+from attnreg.config import check_device, check_fields
+from attnreg.core.validation import (
+    check_choice,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+    check_seed,
+)
+
+# The training loop's schedules (``attnreg.training.SCHEDULES``; this module stays light).
+SCHEDULES = ("constant", "cosine")
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,10 @@ class ICLConfig:
     max_eta_error: float = 0.05
 
     def __post_init__(self) -> None:
+        """Refuse a bad value with a ``ValueError`` naming the key (and the value)."""
+        check_fields(self)
+        check_seed("seed", self.seed)
+        check_device("device", self.device)
         for name in (
             "d",
             "n_ctx",
@@ -96,21 +111,40 @@ class ICLConfig:
             "batch",
             "steps",
             "deep_steps",
+            "eval_every",
             "threads",
             "sweep_tasks",
             "alignment_tasks",
             "explain_tasks",
         ):
             check_positive_int(name, getattr(self, name))
+        if not self.models:
+            raise ValueError("models: must list at least one model")
         for name in self.models:
             check_choice("models", name, MODEL_SPECS)
+        check_choice("schedule", self.schedule, SCHEDULES)
         for name in (
+            "lr",
+            "clip",
+            "init_scale",
             "max_loss_ratio",
             "max_loss_ratio_gdpp",
             "min_sensitivity_cosine",
             "max_eta_error",
         ):
             check_positive(name, getattr(self, name))
+        if self.min_sensitivity_cosine > 1:
+            raise ValueError(
+                f"min_sensitivity_cosine: a cosine is at most 1, got {self.min_sensitivity_cosine}"
+            )
+        if not self.gaussian_condition >= 1:
+            raise ValueError(
+                f"gaussian_condition: must be a finite number >= 1, got {self.gaussian_condition}"
+            )
+        check_nonnegative("sweep_noise", self.sweep_noise)
+        for name in ("input_scales", "teacher_scales"):
+            for scale in getattr(self, name):
+                check_positive(name, scale)
 
 
 def quick_config(**changes: Any) -> ICLConfig:

@@ -3,13 +3,30 @@
 Modules: :mod:`~attnreg.studies.verify.config` (settings and profiles, a leaf),
 :mod:`~attnreg.studies.verify.references` (the independent numpy / scikit-learn references),
 :mod:`~attnreg.studies.verify.certificate` (the cases, the checks, the rows),
-:mod:`~attnreg.studies.verify.figures`, :mod:`~attnreg.studies.verify.run` (the runner); its
-command line is built from the registry (``attnreg verify``, :mod:`attnreg.studies.command`).
-Importing ``run`` here binds the name to the runner function (not the submodule of the same
-name)."""
+:mod:`~attnreg.studies.verify.figures`, :mod:`~attnreg.studies.verify.run` (the runner). This
+``__init__`` stays light: the config and :data:`SPEC`, from which the registry builds
+``attnreg verify``, its sweep cells and its report section."""
 
-from attnreg.studies.verify.certificate import certificate
-from attnreg.studies.verify.config import VerifyConfig, full_config, quick_config
-from attnreg.studies.verify.run import run
+from attnreg.studies.spec import Extra, StudySpec
+from attnreg.studies.verify.config import VerifyConfig, full_config, parse_dtypes, quick_config
 
-__all__ = ["VerifyConfig", "certificate", "full_config", "quick_config", "run"]
+SPEC = StudySpec(
+    name="verify",
+    config_class=VerifyConfig,
+    quick=quick_config,
+    full=full_config,
+    runner="attnreg.studies.verify.run:run",
+    help="The equivalence certificate: build every construction (OLS-Transformer, "
+    "OLS-attention, GD/GD++/preconditioned LSA, mesa layer) from random tasks, including "
+    "degenerate and extreme-scale designs, run its forward pass and compare it with numpy / "
+    "scikit-learn. Exit status 1 if any row exceeds its tolerance.",
+    title="verify — the equivalence certificate",
+    extras=(
+        Extra("--dtype", "dtypes", "Precision to check: float64, float32 or both.", parse_dtypes),
+        Extra("--tol-scale", "tol_scale", "Multiply every tolerance by this factor.", float),
+        Extra("--ridge", "ridge", "Ridge λ of the ridge-form constructions (> 0).", float),
+    ),
+    report_table=True,
+)
+
+__all__ = ["SPEC", "VerifyConfig", "full_config", "quick_config"]

@@ -1,5 +1,5 @@
-"""The ``verify`` study's settings: the dtypes it certifies, the config dataclass, its
-profiles (both the defaults: the certificate has one scale) and its validation."""
+"""The ``verify`` study's settings: the dtypes it certifies, the config dataclass (which checks
+its values when built) and its profiles (both the defaults: the certificate has one scale)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from typing import Any
 
 import torch
 
-from attnreg.core.validation import check_choice, check_positive
+from attnreg.config import check_fields
+from attnreg.core.validation import check_choice, check_positive, check_seed
+from attnreg.studies.spec import comma_list
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -27,6 +29,31 @@ class VerifyConfig:
     tolerance: dict[str, float] = field(default_factory=lambda: {"float64": 1e-10, "float32": 1e-4})
     tol_scale: float = 1.0
 
+    def __post_init__(self) -> None:
+        """Refuse a bad value with a ``ValueError`` naming the key (and the value)."""
+        check_fields(self)
+        check_seed("seed", self.seed)
+        check_positive("ridge", self.ridge)
+        check_positive("mesa_lambda", self.mesa_lambda)
+        check_positive("tol_scale", self.tol_scale)
+        if not self.dtypes:
+            raise ValueError("dtypes: must list at least one of float64, float32")
+        for dtype in self.dtypes:
+            check_choice("dtypes", dtype, DTYPES)
+        for dtype, tol in self.tolerance.items():
+            check_choice("tolerance", dtype, DTYPES)
+            check_positive(f"tolerance[{dtype!r}]", tol)
+        for dtype in self.dtypes:
+            if dtype not in self.tolerance:
+                raise ValueError(
+                    f"tolerance: no entry for dtype {dtype!r} (got {self.tolerance!r})"
+                )
+
+
+def parse_dtypes(text: str) -> list[str]:
+    """The ``--dtype`` option: ``both`` or a comma-separated list of dtype names."""
+    return list(DTYPES) if text == "both" else comma_list(text)
+
 
 def quick_config() -> VerifyConfig:
     """The quick profile: the defaults."""
@@ -36,17 +63,6 @@ def quick_config() -> VerifyConfig:
 def full_config() -> VerifyConfig:
     """The full profile: the defaults too (the certificate is already complete)."""
     return VerifyConfig()
-
-
-def check_config(cfg: VerifyConfig) -> None:
-    """Reject invalid settings with a ``ValueError`` naming the field."""
-    check_positive("tol_scale", cfg.tol_scale)
-    for dtype in cfg.dtypes:
-        check_choice("dtype", dtype, DTYPES)
-        if dtype not in cfg.tolerance:
-            raise ValueError(f"tolerance: no entry for dtype {dtype!r}")
-    for dtype, tol in cfg.tolerance.items():
-        check_positive(f"tolerance[{dtype!r}]", tol)
 
 
 def config_dict(cfg: VerifyConfig) -> dict[str, Any]:
