@@ -95,7 +95,7 @@ from typing import Any
 import torch
 
 from attnreg.core import associate
-from attnreg.core.scaling import ldexp, power_of_two_exponent, power_of_two_scale, row_exponents
+from attnreg.core.scaling import exponent, power_of_two_scale, row_exponents, times_power_of_two
 from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
 from attnreg.core.validation import as_tensor, check_choice, check_positive, check_positive_int
 from attnreg.core.whitening import whitening_matrix
@@ -164,7 +164,7 @@ def _restore(
     """``unit · 2^shift`` per row, or a ``ValueError`` naming ``name`` when it leaves the float
     range: an infinite entry (overflow), or — with ``underflow`` — a row that is non-zero at
     unit scale but below the smallest normal number after the shift."""
-    out = ldexp(unit, shift)
+    out = times_power_of_two(unit, shift)
     if not bool(torch.isfinite(out).all()):
         raise ValueError(
             f"{name}: the result overflows {unit.dtype} at this magnitude (largest factor "
@@ -185,8 +185,8 @@ def _value_exponent(values: torch.Tensor) -> torch.Tensor:
     """The exponent ``e`` of :func:`power_of_two_scale` (0 at ordinary magnitudes): per memory
     ``(B, 1, 1)`` for ``(B, N, dv)`` values, ``(1, 1)`` for ``(N, dv)``."""
     scale = power_of_two_scale(values if values.ndim == 3 else values.unsqueeze(0))
-    exponent = power_of_two_exponent(scale)
-    return exponent if values.ndim == 3 else exponent[0]
+    e = exponent(scale)
+    return e if values.ndim == 3 else e[0]
 
 
 def _within(maxima: torch.Tensor, limit: int) -> bool:
@@ -236,7 +236,7 @@ def _step(
         return _associate(states, whitened, v, energy, n, beta, memory_budget)
     e_v = torch.zeros((), dtype=torch.int32) if plain_values else _value_exponent(v)
     if bool((e_v != 0).any()):
-        v = ldexp(v, -e_v)
+        v = times_power_of_two(v, -e_v)
     if energy == "softmax":
         out = _associate(states, whitened, v, energy, n, beta, memory_budget)
         if not bool(torch.isfinite(out).all()):
@@ -246,7 +246,7 @@ def _step(
             )
         return _restore(out, e_v, name) if bool((e_v != 0).any()) else out
     e = row_exponents(states)
-    unit = _associate(ldexp(states, -e), whitened, v, energy, n, beta, memory_budget)
+    unit = _associate(times_power_of_two(states, -e), whitened, v, energy, n, beta, memory_budget)
     return _restore(unit, (n - 1) * e + e_v, name)
 
 
@@ -310,7 +310,7 @@ def family_energy(
     """
     _check_family(energy, power, beta)
     e = row_exponents(states)
-    x = ldexp(states, -e)
+    x = times_power_of_two(states, -e)
     half = 0.5 * (x * x).sum(-1, keepdim=True)
     if energy == "softmax":
         n = whitened.shape[-2]
@@ -392,7 +392,7 @@ class EnergyMemory:
         x, single = self._states(states)
         e = row_exponents(x)
         values = x.new_zeros(self.whitened_.shape[0], 1)  # the weights do not depend on them
-        _, unit = associate(ldexp(x, -e), self.whitened_, values, return_weights=True)
+        _, unit = associate(times_power_of_two(x, -e), self.whitened_, values, return_weights=True)
         s = _restore(unit, e, "states")
         return s[0] if single else s
 
