@@ -84,7 +84,9 @@ def section(cell: CellResult, command: str, table: bool) -> StudySection:
     (the summary entry :data:`~attnreg.studies.ledger.LEDGER_KEY`) go to the page's ledger."""
     spec = STUDIES.get(cell.study)
     ledger = cell.summary.get(LEDGER_KEY)
-    claims = list(ledger.get("claims", [])) if isinstance(ledger, dict) else []
+    claims: list[dict[str, Any]] = (
+        list(ledger.get("claims", [])) if isinstance(ledger, dict) else []
+    )
     return StudySection(
         name=cell.study,
         title=spec.title if spec is not None else cell.study,

@@ -8,8 +8,8 @@ sweep cell) and its figures as PNG bytes (:meth:`FigureRecord.png`).
 from __future__ import annotations
 
 import io
-import math
 import json
+import math
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,10 +81,10 @@ class StudyResult:
     ``summary`` maps a question or headline to its measured answer: a short sentence, or a
     lead sentence with a small table (:func:`summary_table`); ``claims`` are the claims of the
     sources the study tests, each with its number and computed verdict
-    (:class:`~attnreg.studies.ledger.Claim`); ``checks`` are pass/fail criteria ``{check, value, op, limit, passed}`` whose limits are
-    config fields (a command exits with status 1 when one fails); ``tables`` are further tidy
-    tables by file stem; ``models`` are trained models to save as checkpoints, by name, with
-    their metadata.
+    (:class:`~attnreg.studies.ledger.Claim`); ``checks`` are pass/fail criteria
+    ``{check, value, op, limit, passed}`` whose limits are config fields (a command exits with
+    status 1 when one fails); ``tables`` are further tidy tables by file stem; ``models`` are
+    trained models to save as checkpoints, by name, with their metadata.
     """
 
     study: str

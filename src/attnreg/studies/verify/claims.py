@@ -36,6 +36,11 @@ SOURCES = (
         "stacked linear self-attention layers perform gradient-descent steps (GD, GD++)",
         "LSA",
     ),
+    (
+        'von Oswald et al. 2023, "Uncovering mesa-optimization algorithms" (arXiv 2309.05858)',
+        "the mesa layer solves the ridge regression of every prefix of the context",
+        "mesa layer",
+    ),
 )
 
 
