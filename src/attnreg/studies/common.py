@@ -156,16 +156,17 @@ def check(name: str, value: float, op: str, limit: float) -> dict[str, Any]:
 
 
 def format_against(value: float, limit: float, digits: int = 3) -> str:
-    """``value`` with ``digits`` significant digits, more when needed (up to 12) so that the
-    printed number differs from the printed ``limit`` unless the two are equal:
-    ``format_against(1.0002, 1.02)`` is ``"1.0002"``, not ``"1"``."""
+    """``value`` shown with two significant digits more than ``limit`` needs (at least
+    ``digits``), and more if that still prints it equal to ``limit``: against ``1.02`` (three
+    digits) ``1.0002`` shows as ``"1.0002"``, not ``"1"``; against ``1e-12``, ``2.17e-15``."""
     value, limit = float(value), float(limit)
-    if value == limit or not (math.isfinite(value) and math.isfinite(limit)):
+    if not (math.isfinite(value) and math.isfinite(limit)):
         return f"{value:.{digits}g}"
-    for n in range(digits, 13):
-        if f"{value:.{n}g}" != f"{limit:.{n}g}" and float(f"{value:.{n}g}") != limit:
-            return f"{value:.{n}g}"
-    return f"{value:.12g}"
+    mantissa = f"{abs(limit):.12e}".split("e")[0].replace(".", "").rstrip("0")
+    n = max(digits, len(mantissa) + 2)
+    while n < 15 and value != limit and float(f"{value:.{n}g}") == limit:
+        n += 1
+    return f"{value:.{n}g}"
 
 
 def summary_table(
@@ -212,6 +213,15 @@ def summary_markdown(summary: Summary) -> str:
         body = table_markdown(answer) if is_table(answer) else str(answer)
         parts.append(f"**{question}**\n\n{body}")
     return "\n\n".join(parts)
+
+
+def answer_text(answer: Any) -> str:
+    """A summary answer as plain text: a sentence as is; a table as its lead, its columns and
+    cells (``" · "``-separated, floats as :func:`cell_text` shows them) and its note."""
+    if not is_table(answer):
+        return str(answer)
+    cells = [" · ".join(cell_text(c) for c in row) for row in [answer["columns"], *answer["rows"]]]
+    return " ".join([answer["lead"], *cells, answer.get("note", "")]).strip()
 
 
 def paragraphs(summary: Summary) -> list[str]:
