@@ -20,7 +20,7 @@
 #
 # and the output of an attention layer,
 #
-# `softmax(X W_q W_kᵀ Xᵀ) V`,
+# `softmax(X W_q W_kᵀ Xᵀ / √d_k) V`,
 #
 # are the same kind of object. Both multiply the values (for regression: the targets `Y`) by
 # an `N × N` matrix of pairwise scores between the rows of `X`. In regression the score of a

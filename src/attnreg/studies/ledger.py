@@ -179,3 +179,22 @@ def markdown(rows: list[dict[str, Any]], study: bool = False) -> str:
         ]
         lines.append("| " + " | ".join(esc(c) for c in cells) + " |")
     return "\n".join(lines)
+
+
+def admonition(claims: list[Claim], title: str) -> str:
+    """The claims as an HTML admonition box (Material for MkDocs' ``admonition`` classes) with
+    one row per claim: the source's words, the number and the verdict with its finding. A
+    tutorial shows it with ``IPython.display.HTML``."""
+    from html import escape
+
+    rows = "".join(
+        f"<tr><td>{escape(c.source)}</td><td>“{escape(c.words)}”</td>"
+        f"<td>{escape(c.number())} ({escape(c.threshold_text())})</td>"
+        f"<td><strong>{escape(c.verdict_text())}.</strong> {escape(c.finding())}</td></tr>"
+        for c in claims
+    )
+    return (
+        f'<div class="admonition note"><p class="admonition-title">{escape(title)}</p>'
+        "<table><thead><tr><th>source</th><th>claim</th><th>number</th><th>verdict</th></tr>"
+        f"</thead><tbody>{rows}</tbody></table></div>"
+    )

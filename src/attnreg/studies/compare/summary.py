@@ -87,7 +87,9 @@ def _inverse_covariance(rows: list[Row], cfg: CompareConfig) -> dict[str, Any]:
     ]
     if "whitened" in cfg.variants and "shared" in cfg.qk and False in cfg.whitening:
         for mode in cfg.data_modes:
-            corr = _corr(rows, data=mode, variant="whitened", whitening=False, qk="shared")
+            corr = _corr(
+                rows, data=mode, variant="whitened", whitening=False, qk="shared", layernorm=False
+            )
             table.append(
                 ["whitened (built in)", mode] + [corr if qk == "shared" else "" for qk in cfg.qk]
             )
