@@ -48,6 +48,23 @@ torch.set_num_threads(1)
 t_start = time.perf_counter()
 
 # %% [markdown]
+# Tang's claim about `1/√d_k`, as the `compare` study's Tang section measures it (attention
+# regression without learned projections on inputs with unequal variances or correlation), with
+# the verdicts computed from the numbers (the whole ledger: [Claims ledger](../claims.html)):
+
+# %%
+from IPython.display import HTML, display
+
+from attnreg.studies.compare.config import quick_config as compare_quick
+from attnreg.studies.compare.tang_scaling import section as tang_scaling
+from attnreg.studies.ledger import admonition
+
+tang = tang_scaling(compare_quick(), {})
+for record in tang.figures:
+    record.close()
+display(HTML(admonition(tang.claims, "Tang, measured")))
+
+# %% [markdown]
 # ## The hat matrix
 #
 # Take a regression data set with correlated features: `synthetic_linear` draws
