@@ -212,7 +212,7 @@ def test_the_first_section_is_the_claims_ledger_with_verdicts_from_the_numbers(f
     assert sections[0] == "claims", sections[:3]
     ledger = text[text.index('<section id="claims">') : text.index("</section>")]
     with ResultsStore(out / "results.db") as store:
-        cells = store.cells()
+        cells = list(store.cells())
     with_claims = 0
     for cell in cells:
         table = cell.summary.get(LEDGER_KEY)
