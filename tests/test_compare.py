@@ -12,6 +12,7 @@ from sklearn.linear_model import Ridge as SkRidge
 from typer.testing import CliRunner
 
 from attnreg.cli import app
+from attnreg.studies.common import answer_text
 from attnreg.studies.compare import ols_transformer as olstf
 from attnreg.studies.compare.config import ROW_KEYS, CompareConfig
 from attnreg.studies.compare.metrics import (
@@ -150,10 +151,11 @@ def test_small_run_writes_every_figure_and_is_deterministic(tmp_path):
     summary = json.loads((tmp_path / "compare_summary.json").read_text())["summary"]
     for question, numbers in _summary_numbers(result, cfg).items():
         for number in numbers:
-            assert re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", summary[question]), (
+            text = answer_text(summary[question])
+            assert re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", text), (
                 question,
                 number,
-                summary[question],
+                text,
             )
 
 
@@ -174,12 +176,21 @@ def _summary_numbers(result, cfg) -> dict[str, list[str]]:
     base = {"layernorm": False}
     out: dict[str, list[str]] = {}
     corr = [
-        f"{qk} {_mean(rows, 'wqwk_invcov_corr', data=m, variant='regression', whitening=False, qk=qk, **base):.3f}"  # noqa: E501
+        f"regression-like · {m} · "
+        + " · ".join(
+            f"{_mean(rows, 'wqwk_invcov_corr', data=m, variant='regression', whitening=False, qk=qk, **base):.3g}"  # noqa: E501
+            for qk in cfg.qk
+        )
         for m in modes
-        for qk in cfg.qk
     ]
     corr += [
-        f"{m} {_mean(rows, 'wqwk_invcov_corr', data=m, variant='whitened', whitening=False, qk='shared', **base):.4f}"  # noqa: E501
+        f"whitened (built in) · {m} · "
+        + " · ".join(
+            f"{_mean(rows, 'wqwk_invcov_corr', data=m, variant='whitened', whitening=False, qk='shared', **base):.3g}"  # noqa: E501
+            if qk == "shared"
+            else ""
+            for qk in cfg.qk
+        )
         for m in modes
     ]
     out["does the trained W_q W_kᵀ learn the inverse covariance?"] = corr
@@ -197,13 +208,16 @@ def _summary_numbers(result, cfg) -> dict[str, list[str]]:
     for v in cfg.variants:
         num, den = {"variant": v, "whitening": True}, {"variant": v, "whitening": False}
         cells = [{"data": m, "qk": qk} for m in modes for qk in cfg.qk]
-        white.append(f"{v}: ×{ratio(num, den, cells):.3f}")
-        for m in modes:
-            white.append(f"{m} {ratio(num, den, [c for c in cells if c['data'] == m]):.3f}")
+        per = [ratio(num, den, [c for c in cells if c["data"] == m]) for m in modes]
+        white.append(f"{v} · " + " · ".join(f"{x:.3g}" for x in [ratio(num, den, cells), *per]))
     out["does whitening help test MSE?"] = white
+    shown = [qk for qk in ("single", "shared") if qk in cfg.qk]
     out["does one matrix W train as well as two factors?"] = [
-        f"{m}: shared/separate ×"
-        + f"{ratio({'qk': 'shared'}, {'qk': 'separate'}, [{'data': m, 'variant': v, 'whitening': w} for v in cfg.variants for w in cfg.whitening]):.3f}"  # noqa: E501
+        f"{m} · "
+        + " · ".join(
+            f"{ratio({'qk': qk}, {'qk': 'separate'}, [{'data': m, 'variant': v, 'whitening': w} for v in cfg.variants for w in cfg.whitening]):.3g}"  # noqa: E501
+            for qk in shown
+        )
         for m in modes
     ]
     out["... and when W_q W_kᵀ is identified (k targets at once)?"] = [
@@ -218,22 +232,22 @@ def _summary_numbers(result, cfg) -> dict[str, list[str]]:
         last = max(curve, key=lambda c: c["step"])
         below = [c["step"] for c in curve if c["rel_mse_to_ols_train"] < 1e-3]
         functional += [
-            f"{name}: relative MSE to the OLS fit {last['rel_mse_to_ols_train']:.2e} (train), "
-            f"{last['rel_mse_to_ols_test']:.2e} (test queries) after {cfg.ols_steps} Adam steps",
-            f"first below 1e-3 at step {min(below)}" if below else "never below 1e-3",
+            f"{name} · {last['rel_mse_to_ols_train']:.3g} · {last['rel_mse_to_ols_test']:.3g} · "
+            f"{cfg.ols_steps} · {min(below) if below else 'never'}"
         ]
-        structural += [f"W_Q W_Kᵀ {last['qk_distance']:.3f}", f"W_V W_P {last['vp_distance']:.3f}"]
+        structural += [f"{name} · {last['qk_distance']:.3g} · {last['vp_distance']:.3g}"]
         for kind in ("mean", "scale", "covariance"):
             sel = [r for r in shifts if (r["data"], r["shift"]) == (name, kind)]
             if not sel:  # no covariance shift for d = 1
                 continue
-            top = max(r["magnitude"] for r in sel)
-            at_top = {r["model"]: r["mse_to_truth"] for r in sel if r["magnitude"] == top}
-            shift += [
-                f"{name} {kind} m={top:g}: trained {at_top['trained (weights frozen)']:.3g}",
-                f"constructed-frozen {at_top['constructed (weights frozen)']:.3g}",
-                f"refit {at_top['constructed (refitted = OLS)']:.3g}",
-            ]
+            for m in sorted({min(r["magnitude"] for r in sel), max(r["magnitude"] for r in sel)}):
+                at = {r["model"]: r["mse_to_truth"] for r in sel if r["magnitude"] == m}
+                cells = [
+                    at["trained (weights frozen)"],
+                    at["constructed (weights frozen)"],
+                    at["constructed (refitted = OLS)"],
+                ]
+                shift += [f"{name} · {kind} · {m:.3g} · " + " · ".join(f"{x:.3g}" for x in cells)]
     out["trained OLS-Transformer: functional convergence"] = functional
     out["trained OLS-Transformer: structural convergence"] = structural
     out["trained OLS-Transformer: shift sensitivity (MSE to X* w)"] = shift

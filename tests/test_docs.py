@@ -48,6 +48,7 @@ PAGES = {
     "tutorials/bring-your-own-attention.html",
     "tutorials/every-sequence-layer.html",
     "tutorials/what-depth-buys.html",
+    "claims.html",
     "mathematics.html",
     "howto.html",
     "api.html",
@@ -351,3 +352,13 @@ def test_built_pages_reference_no_remote_script_style_or_font(site: Path) -> Non
     assert not offenders, offenders
     pages = {str(p.relative_to(site)) for p in site.rglob("*.html")} - {"404.html"}
     assert pages == PAGES, f"built pages differ from the navigation: {sorted(pages ^ PAGES)}"
+
+
+def test_the_claims_page_shows_every_source_with_computed_verdicts(site: Path) -> None:
+    """The site's ledger page: a box per study with claims, every source named, and verdicts
+    among the four kinds (computed when the page is built)."""
+    text = (site / "claims.html").read_text(encoding="utf-8")
+    assert text.count('class="admonition note"') >= 4
+    for source in ("Tan &amp; Zhao", "Goulet Coulombe", "von Oswald", "Tang", "Ramsauer"):
+        assert source in text, source
+    assert "does not hold" in text and "holds with a condition" in text

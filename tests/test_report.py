@@ -2,6 +2,7 @@
 
 import base64
 import io
+import math
 
 import pytest
 from chromium import chromium
@@ -194,3 +195,64 @@ def test_page_in_headless_chromium(full_report):
         assert overflow, "the page must not scroll sideways on a phone"
     finally:
         driver.quit()
+
+
+def test_the_first_section_is_the_claims_ledger_with_verdicts_from_the_numbers(full_report):
+    """The page opens with the ledger; every stored claim's verdict is what its numbers give
+    against its threshold (recomputed here by a loop), and each appears in the ledger."""
+    import re
+
+    from markupsafe import escape
+
+    from attnreg.studies.ledger import LEDGER_KEY
+
+    out, page = full_report
+    text = page.read_text()
+    sections = re.findall(r'<section id="([^"]+)"', text)
+    assert sections[0] == "claims", sections[:3]
+    ledger = text[text.index('<section id="claims">') : text.index("</section>")]
+    with ResultsStore(out / "results.db") as store:
+        cells = list(store.cells())
+    with_claims = 0
+    for cell in cells:
+        table = cell.summary.get(LEDGER_KEY)
+        if table is None:
+            continue
+        with_claims += 1
+        for claim in table["claims"]:
+            values = [v for v in claim["values"].values() if math.isfinite(v)]
+            ok = [
+                (v <= claim["threshold"]) if claim["op"] == "<=" else (v >= claim["threshold"])
+                for v in values
+            ]
+            expected = (
+                "not testable"
+                if not values
+                else "does not hold"
+                if not any(ok)
+                else "holds with a condition"
+                if not all(ok) or "condition:" in claim["verdict_text"]
+                else "holds"
+            )
+            assert claim["verdict"] == expected, claim
+            assert str(escape(claim["finding"])) in ledger, claim["finding"]
+    assert with_claims >= 4  # verify, compare, icl, capacity test claims of the sources
+
+
+TABLE_SUMMARIES = ("verify", "compare", "icl", "capacity")
+
+
+def test_no_summary_paragraph_exceeds_sixty_words(full_report):
+    """A summary is a short lead and tables: no prose paragraph over 60 words. The studies whose
+    summaries are written as tables; ``depth`` (merged later) still writes prose."""
+    from attnreg.studies.common import paragraphs
+    from attnreg.studies.ledger import LEDGER_KEY
+
+    out, _ = full_report
+    with ResultsStore(out / "results.db") as store:
+        cells = [c for c in store.cells() if c.study in TABLE_SUMMARIES]
+        assert {c.study for c in cells} == set(TABLE_SUMMARIES)
+        for cell in cells:
+            summary = {k: v for k, v in cell.summary.items() if k != LEDGER_KEY}
+            for text in paragraphs(summary):
+                assert len(text.split()) <= 60, (cell.study, text)

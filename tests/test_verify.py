@@ -231,10 +231,11 @@ def test_the_summary_states_what_the_literal_von_oswald_layer_returns():
     from attnreg.studies.verify.run import run as run_study
 
     text = run_study(VerifyConfig(dtypes=["float64"])).summary["von Oswald summary, as written"]
-    plus = float(re.search(r"relative distance ([0-9.e+-]+);", text).group(1))
+    plus = float(re.search(r"relative distance ([0-9.e+-]+),", text).group(1))
     minus = float(re.search(r"off by ([0-9.]+) ", text).group(1))
     assert plus < 1e-12  # −(W0 + ΔW0) x_q, to rounding
     assert minus == 2.0  # the summary's (W0 − ΔW0): off by exactly 2 ΔW0 x_q
+    assert "y-entry is −(W0 + ΔW0) x_q" in text
 
 
 def test_the_mesa_rows_tolerance_is_the_worst_prefix_condition():

@@ -20,7 +20,7 @@
 #
 # and the output of an attention layer,
 #
-# `softmax(X W_q W_kᵀ Xᵀ) V`,
+# `softmax(X W_q W_kᵀ Xᵀ / √d_k) V`,
 #
 # are the same kind of object. Both multiply the values (for regression: the targets `Y`) by
 # an `N × N` matrix of pairwise scores between the rows of `X`. In regression the score of a
@@ -46,6 +46,23 @@ from attnreg.training import TrainConfig, train
 # These tensors are small: one thread is fastest, and it keeps the page quick on a busy machine.
 torch.set_num_threads(1)
 t_start = time.perf_counter()
+
+# %% [markdown]
+# Tang's claim about `1/√d_k`, as the `compare` study's Tang section measures it (attention
+# regression without learned projections on inputs with unequal variances or correlation), with
+# the verdicts computed from the numbers (the whole ledger: [Claims ledger](../claims.html)):
+
+# %%
+from IPython.display import HTML, display
+
+from attnreg.studies.compare.config import quick_config as compare_quick
+from attnreg.studies.compare.tang_scaling import section as tang_scaling
+from attnreg.studies.ledger import admonition
+
+tang = tang_scaling(compare_quick(), {})
+for record in tang.figures:
+    record.close()
+display(HTML(admonition(tang.claims, "Tang, measured")))
 
 # %% [markdown]
 # ## The hat matrix

@@ -26,6 +26,24 @@
 # Part 1 is checked to machine precision against a gradient-descent loop written out on this
 # page; part 2 trains a small model for a few seconds. Every number below is computed when the
 # page is built, and the `assert` statements make the build fail if a claim stops holding.
+# The construction "as the summary writes it" below follows the summary *Self-Attention
+# Mimicking Gradient Descent* of the follow-up paper, von Oswald et al., *Uncovering
+# mesa-optimization algorithms in transformers* (arXiv 2309.05858).
+#
+# The claims of both papers that `attnreg verify` tests, with the measured numbers and the
+# verdicts computed from them (the whole ledger: [Claims ledger](../claims.html)):
+
+# %%
+from IPython.display import HTML
+
+from attnreg.studies.ledger import admonition
+from attnreg.studies.verify.config import VerifyConfig
+from attnreg.studies.verify.run import run as run_verify
+
+verified = run_verify(VerifyConfig())
+for record in verified.figures:
+    record.close()
+HTML(admonition([c for c in verified.claims if "von Oswald" in c.source], "von Oswald et al., measured"))
 
 # %%
 import time
@@ -154,7 +172,9 @@ assert max(errors.values()) <= 1e-12, errors
 # %% [markdown]
 # ## The construction exactly as the summary writes it
 #
-# The summary "Self-Attention Mimicking Gradient Descent" writes the construction with the
+# The summary "Self-Attention Mimicking Gradient Descent" — a summary of von Oswald et al.,
+# *Uncovering mesa-optimization algorithms in transformers* (arXiv 2309.05858), which restates
+# the construction of arXiv 2212.07677 — writes the construction with the
 # targets **first**, `e_i = (y_i, x_i)`, the query token `(−W0 x_q, x_q)`, the blocks
 # `W_Kᵀ W_Q = [[0, 0], [0, I_x]]` and `P W_V = [[−η I_y, η W0], [0, 0]]`, and a context sum
 # that is **not** divided by N: one layer then makes the step

@@ -501,6 +501,15 @@ for name, member in members.items():
     assert bool((after <= before + 1e-10 * before.abs().max()).all()), name
 
 # %% [markdown]
+# Why the quadratic member (the regression memory) can miss some of 12 patterns with
+# N = 12 < d = 16, when the regression memory's capacity is `N_max = d`: that capacity is for
+# *clean* queries, which it returns exactly. A query with a flipped bit is projected onto the
+# span of the 12 patterns, and the projection keeps the part of the flip that lies in that
+# span (on average a fraction N/d = 0.75 of it); the sign read-out repairs the bit only when
+# that leftover is small against the pattern. For corrupted queries its capacity is therefore
+# `c · d` with `c` well below 1 — the capacity study's fit for the quadratic member, with one
+# flipped bit, is the row "quadratic" of its growth-law table.
+#
 # The `capacity` study measures `N_max(d)` for each member on the same patterns and fits the
 # growth law: linear in `d` for the projection, polynomial for `|s|ⁿ/n`, and exponential
 # (`log N_max` linear in `d`) for softmax — with each member's time per retrieval and bytes per

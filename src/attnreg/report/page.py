@@ -17,6 +17,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from attnreg import __version__
 from attnreg.runs.store import CellResult
+from attnreg.studies.common import cell_text, format_against, is_table
+from attnreg.studies.ledger import LEDGER_KEY
 from attnreg.studies.registry import STUDIES
 
 MAX_TABLE_ROWS = 200
@@ -32,7 +34,8 @@ class StudySection:
     config_json: str
     status: str
     seconds: float
-    summary: dict[str, str] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    claims: list[dict[str, Any]] = field(default_factory=list)
     figures: list[dict[str, str]] = field(default_factory=list)
     table: dict[str, Any] | None = None
     error: str | None = None
@@ -64,9 +67,26 @@ def certificate_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _answer(answer: Any) -> dict[str, Any]:
+    """A summary answer for the template: a sentence, or a table with its cells as text."""
+    if is_table(answer):
+        return {
+            "lead": answer["lead"],
+            "columns": answer["columns"],
+            "rows": [[cell_text(c) for c in row] for row in answer["rows"]],
+            "note": answer.get("note", ""),
+        }
+    return {"lead": str(answer)}
+
+
 def section(cell: CellResult, command: str, table: bool) -> StudySection:
-    """A study section from its stored cell, under the title of the study's spec."""
+    """A study section from its stored cell, under the title of the study's spec; its claims
+    (the summary entry :data:`~attnreg.studies.ledger.LEDGER_KEY`) go to the page's ledger."""
     spec = STUDIES.get(cell.study)
+    ledger = cell.summary.get(LEDGER_KEY)
+    claims: list[dict[str, Any]] = (
+        list(ledger.get("claims", [])) if isinstance(ledger, dict) else []
+    )
     return StudySection(
         name=cell.study,
         title=spec.title if spec is not None else cell.study,
@@ -74,7 +94,8 @@ def section(cell: CellResult, command: str, table: bool) -> StudySection:
         config_json=json.dumps(cell.config, sort_keys=True),
         status=cell.status,
         seconds=cell.finished - cell.started,
-        summary=cell.summary,
+        summary={q: _answer(a) for q, a in cell.summary.items() if q != LEDGER_KEY},
+        claims=claims,
         figures=cell.figures,
         table=certificate_table(cell.rows) if table and cell.status == "done" else None,
         error=cell.error,
@@ -89,8 +110,11 @@ def render(sections: list[StudySection], store_name: str, n_cells: int) -> str:
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["fmtnum"] = format_against
     template = env.get_template("index.html.j2")
+    ledger = [{"study": s.name} | c for s in sections for c in s.claims]
     return template.render(
+        ledger=ledger,
         version=__version__,
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         machine=f"{platform.machine()} · Python {platform.python_version()}",

@@ -10,7 +10,7 @@ import base64
 import contextlib
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnreg import __version__
 from attnreg.config import config_from_dict, config_to_dict
@@ -18,6 +18,9 @@ from attnreg.core.validation import check_seed
 from attnreg.progress import Event, Progress
 from attnreg.runs.store import CellResult, cell_key, now
 from attnreg.studies.registry import get_study
+
+if TYPE_CHECKING:
+    from attnreg.studies.ledger import Claim
 
 
 @dataclass(frozen=True)
@@ -81,13 +84,25 @@ def _emit(event: Event) -> None:
 
 def check_lines(checks: list[dict[str, Any]]) -> dict[str, str]:
     """The study's pass/fail checks as summary entries ``check: NAME`` → ``pass: value <= limit``
-    (so the store and the report show each threshold beside the answers)."""
+    (so the store and the report show each threshold beside the answers); the value is shown
+    with enough digits to differ from the limit (``1.0002 <= 1.02``, not ``1 <= 1.02``)."""
+    from attnreg.studies.common import format_against
+
     return {
         f"check: {c['check']}": (
-            f"{'pass' if c['passed'] else 'FAIL'}: {c['value']:.4g} {c['op']} {c['limit']:g}"
+            f"{'pass' if c['passed'] else 'FAIL'}: {format_against(c['value'], c['limit'], 4)} "
+            f"{c['op']} {c['limit']:g}"
         )
         for c in checks
     }
+
+
+def ledger_entry(claims: list[Claim]) -> dict[str, Any]:
+    """The study's claims as the summary entry :data:`~attnreg.studies.ledger.LEDGER_KEY` (a
+    ledger table; none when the study tests no claim), which the report gathers at its top."""
+    from attnreg.studies.ledger import LEDGER_KEY, ledger_table
+
+    return {LEDGER_KEY: ledger_table(claims)} if claims else {}
 
 
 def execute_cell(cell: CellSpec, figures: bool = False, threads: int | None = None) -> CellResult:
@@ -119,7 +134,7 @@ def execute_cell(cell: CellSpec, figures: bool = False, threads: int | None = No
             started,
             now(),
             result.rows,
-            {**result.summary, **check_lines(result.checks)},
+            {**result.summary, **check_lines(result.checks), **ledger_entry(result.claims)},
             pictures,
         )
     except Exception:  # a failing study is a failed cell, reported with its traceback

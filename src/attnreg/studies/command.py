@@ -152,15 +152,31 @@ def _report(spec: StudySpec, result: StudyResult, out: Path, as_json: bool) -> N
         typer.echo(rows_to_json(spec.json_rows(result)))
         return
     from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from attnreg.studies.common import cell_text, format_against, is_table
 
     console = Console()
     for question, answer in result.summary.items():
-        console.print(f"[bold]{question}[/bold]: {answer}")
+        if not is_table(answer):
+            console.print(f"[bold]{escape(question)}[/bold]: {escape(str(answer))}")
+            continue
+        table = Table(*answer["columns"], title=answer["lead"], title_justify="left")
+        for row in answer["rows"]:
+            table.add_row(*(escape(cell_text(c)) for c in row))
+        console.print(f"[bold]{escape(question)}[/bold]")
+        console.print(table)
+        if answer.get("note"):
+            console.print(escape(answer["note"]))
+    for claim in result.claims:
+        console.print(
+            f"[bold]claim[/bold] ({escape(claim.source)}): {escape(claim.verdict_text())}"
+        )
     for check in result.checks:
         mark = "[green]pass[/green]" if check["passed"] else "[red]FAIL[/red]"
-        console.print(
-            f"{mark} {check['check']}: {check['value']:.4g} {check['op']} {check['limit']}"
-        )
+        value = format_against(check["value"], check["limit"], 4)
+        console.print(f"{mark} {check['check']}: {value} {check['op']} {check['limit']}")
     console.print(f"{len(result.rows)} rows, figures and tables in {out}")
 
 

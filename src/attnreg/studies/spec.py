@@ -64,7 +64,9 @@ class StudySpec:
     command's help text; ``title``: its heading on the report page. ``extras``: its own
     options, shorthands for config fields. ``json_view``: ``"module:function"`` of
     ``(StudyResult) -> rows``, what ``--json`` prints (default: the rows). ``report_table``:
-    the report shows the rows as a table too (``verify``'s certificate).
+    the report shows the rows as a table too (``verify``'s certificate). ``ledger``: its result
+    lists claims of the sources (:class:`~attnreg.studies.ledger.Claim`), so the site's claims
+    page runs its quick profile.
     """
 
     name: str
@@ -77,6 +79,7 @@ class StudySpec:
     extras: tuple[Extra, ...] = ()
     json_view: str | None = None
     report_table: bool = False
+    ledger: bool = False
 
     def profile(self, name: str = "quick") -> StudyConfig:
         """A config instance for the ``quick`` or ``full`` profile."""

@@ -25,6 +25,7 @@ SPEC = StudySpec(
     "curves; the Universal Hopfield similarity × separation grid on scikit-learn's digits.",
     title="capacity — associative memory from linear to exponential",
     json_view="attnreg.studies.capacity.run:json_rows",
+    ledger=True,
 )
 
 

@@ -78,14 +78,17 @@ def _run(config: CapacityConfig, tick: Tick) -> StudyResult:
         rows.extend(_pinv_check(config, tick))
         grid_rows, panel = _digits_grid(config, tick)
         rows.extend(grid_rows)
+    from attnreg.studies.capacity.claims import capacity_claims
     from attnreg.studies.capacity.figures import make_figures
     from attnreg.studies.capacity.summary import capacity_checks, summarize
 
     figures = make_figures(rows, panel, config)
     summary = summarize(rows, config)
-    return StudyResult(
+    result = StudyResult(
         "capacity", asdict(config), rows, figures, summary, capacity_checks(rows, config)
     )
+    result.claims = capacity_claims(rows, config)
+    return result
 
 
 def _pinv_check(config: CapacityConfig, tick: Tick) -> list[dict[str, Any]]:

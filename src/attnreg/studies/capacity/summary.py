@@ -9,7 +9,7 @@ import numpy as np
 
 from attnreg.studies.capacity.config import CapacityConfig
 from attnreg.studies.capacity.families import HEBBIAN_ALPHA
-from attnreg.studies.common import check
+from attnreg.studies.common import check, summary_table
 
 STRONG = ("power", "softmax", "max")
 
@@ -25,7 +25,7 @@ def fit_line(x: list[float], y: list[float]) -> tuple[float, float]:
     return float(slope), 1.0 - float((resid**2).sum()) / total if total > 0 else 1.0
 
 
-def _curve(rows: list[dict[str, Any]], family: str) -> list[dict[str, Any]]:
+def family_curve(rows: list[dict[str, Any]], family: str) -> list[dict[str, Any]]:
     return sorted(
         (r for r in rows if r["kind"] == "capacity" and r["family"] == family),
         key=lambda r: r["d"],
@@ -36,127 +36,149 @@ def _fmt(values: list[float]) -> str:
     return ", ".join(f"{v:.3g}" for v in values)
 
 
-def summarize_pinv(rows: list[dict[str, Any]]) -> str:
+def summarize_pinv(rows: list[dict[str, Any]]) -> dict[str, Any]:
     checks = sorted((r for r in rows if r["kind"] == "pinv_check"), key=lambda r: r["d"])
-    curve = _curve(rows, "pinv")
+    curve = {r["d"]: r["n_max"] for r in family_curve(rows, "pinv")}
     ok = all(r["exact_all_n_le_d"] and r["inexact_all_n_gt_d"] for r in checks)
-    return (
-        f"{'yes' if ok else 'NO'}: exact recall (relative error <= 1e-6) for every N <= d and "
-        f"for no N in (d, 2d], at d = {[r['d'] for r in checks]} (worst rate at N <= d: "
-        f"{_fmt([r['worst_rate_n_le_d'] for r in checks])}; best rate at N > d: "
-        f"{_fmt([r['best_rate_n_gt_d'] for r in checks])}); searched N_max = "
-        f"{_fmt([r['n_max'] for r in curve])} against d = {[r['d'] for r in curve]}."
+    return summary_table(
+        f"{'Yes' if ok else 'NO'}: exact recall of clean queries (relative error ≤ 1e-6) for "
+        "every N ≤ d and for no N in (d, 2d].",
+        ["d", "worst rate, N ≤ d", "best rate, N > d", "searched N_max"],
+        [
+            [r["d"], r["worst_rate_n_le_d"], r["best_rate_n_gt_d"], curve.get(r["d"], "")]
+            for r in checks
+        ],
     )
 
 
-def summarize_hebbian(rows: list[dict[str, Any]]) -> str:
-    curves = {
-        r["epsilon"]: r for r in rows if r["kind"] == "capacity" and r["family"].startswith("hebb")
-    }
-    eps_values = sorted({r["epsilon"] for r in curves.values()})
-    if not eps_values:
-        return "not measured"
-    parts, inside = [], True
-    for d in sorted({r["d"] for r in rows if r.get("family", "").startswith("hebbian")}):
-        ratios = {
-            eps: next(r["n_max"] / d for r in _curve(rows, f"hebbian@{eps:g}") if r["d"] == d)
+def hebbian_band(rows: list[dict[str, Any]]) -> dict[int, dict[float, float]]:
+    """``N_max / d`` per ``d`` and success level ``eps`` of the Hebbian curves."""
+    eps_values = sorted(
+        {r["epsilon"] for r in rows if r["kind"] == "capacity" and r["family"].startswith("hebb")}
+    )
+    return {
+        d: {
+            eps: next(r["n_max"] / d for r in family_curve(rows, f"hebbian@{eps:g}") if r["d"] == d)
             for eps in eps_values
         }
-        low, high = min(ratios.values()), max(ratios.values())
-        if d >= 200:
-            inside &= low <= HEBBIAN_ALPHA <= high
-        parts.append(
-            f"d={d}: N_max/d = " + ", ".join(f"{ratios[e]:.3f} (eps={e:g})" for e in eps_values)
-        )
-    return (
+        for d in sorted({r["d"] for r in rows if r.get("family", "").startswith("hebbian")})
+    }
+
+
+def summarize_hebbian(rows: list[dict[str, Any]]) -> str | dict[str, Any]:
+    band = hebbian_band(rows)
+    if not band:
+        return "not measured"
+    eps_values = sorted(next(iter(band.values())))
+    inside = all(
+        min(r.values()) <= HEBBIAN_ALPHA <= max(r.values()) for d, r in band.items() if d >= 200
+    )
+    return summary_table(
         f"0.138 d {'lies' if inside else 'does NOT lie'} inside the measured band for every "
-        f"d >= 200 (10% flipped bits, success = fixed point within 5% wrong bits; the band runs "
-        f"from the 1 - eps = {1 - eps_values[0]:g} to the {1 - eps_values[-1]:g} success "
-        f"capacity): " + "; ".join(parts) + "."
+        "d ≥ 200 (10 % flipped bits; success: a fixed point within 5 % wrong bits).",
+        ["d"] + [f"N_max / d, success 1 − {e:g}" for e in eps_values],
+        [[d] + [r[e] for e in eps_values] for d, r in band.items()],
     )
 
 
-def summarize_dam(rows: list[dict[str, Any]]) -> str:
-    parts, gaps = [], []
+def dam_fits(rows: list[dict[str, Any]]) -> dict[int, tuple[float, float, float]]:
+    """Per ``n``: the log-log slope of ``N_max``, of the theory curve, and of ``N_max · ln d``."""
+    out = {}
     for n in (2, 3, 4):
-        curve = [r for r in _curve(rows, f"dam{n}") if r["n_max"] > 0]
+        curve = [r for r in family_curve(rows, f"dam{n}") if r["n_max"] > 0]
         if len(curve) < 2:
             continue
         logd = [math.log(r["d"]) for r in curve]
         raw, _ = fit_line(logd, [math.log(r["n_max"]) for r in curve])
         corrected, _ = fit_line(logd, [math.log(r["n_max"] * math.log(r["d"])) for r in curve])
         theory, _ = fit_line(logd, [math.log(r["n_max_theory"]) for r in curve])
-        gaps.append(abs(raw - (n - 1)))
-        parts.append(
-            f"n={n}: log-log slope {raw:.2f} (theory curve over the same d: {theory:.2f}; "
-            f"slope of N_max·ln d: {corrected:.2f}; n-1 = {n - 1})"
-        )
-    if not parts:
+        out[n] = (raw, theory, corrected)
+    return out
+
+
+def summarize_dam(rows: list[dict[str, Any]]) -> str | dict[str, Any]:
+    fits = dam_fits(rows)
+    if not fits:
         return "not measured"
-    return (
-        f"fitted exponents within {max(gaps):.2f} of n - 1 (d^(n-1)/ln d has a local slope "
-        f"below n - 1 at these d): " + "; ".join(parts) + "."
+    gap = max(abs(raw - (n - 1)) for n, (raw, _, _) in fits.items())
+    return summary_table(
+        f"Fitted exponents within {gap:.2f} of n − 1 (d^(n−1)/ln d has a local slope below "
+        "n − 1 at these d).",
+        ["n", "log-log slope", "theory curve", "slope of N_max·ln d", "n − 1"],
+        [[n, raw, theory, corrected, n - 1] for n, (raw, theory, corrected) in fits.items()],
     )
 
 
-def summarize_softmax(rows: list[dict[str, Any]], family: str) -> str:
-    curve = [r for r in _curve(rows, family) if r["n_max"] > 0]
+def summarize_softmax(rows: list[dict[str, Any]], family: str) -> str | dict[str, Any]:
+    curve = [r for r in family_curve(rows, family) if r["n_max"] > 0]
     if len(curve) < 2:
         return "not measured"
     slope, r2 = fit_line([r["d"] for r in curve], [math.log2(r["n_max"]) for r in curve])
-    last = curve[-1]
-    text = (
-        f"{curve[0]['model']}, {curve[0]['patterns']} patterns, {curve[0]['query']}: "
-        f"log2 N_max grows linearly in d up to d = {last['d']} (slope {slope:.2f} bits per "
-        f"dimension, R^2 = {r2:.3f}); N_max = {_fmt([r['n_max'] for r in curve])} at d = "
-        f"{[r['d'] for r in curve]}"
+    theory = math.isfinite(curve[-1]["n_max_theory"])
+    return summary_table(
+        f"{curve[0]['model']}, {curve[0]['patterns']} patterns, {curve[0]['query']}: log2 N_max "
+        f"grows by {slope:.2f} bits per dimension (R² = {r2:.3f}).",
+        ["d", "N_max"] + (["nearest-pattern estimate"] if theory else []),
+        [[r["d"], r["n_max"]] + ([r["n_max_theory"]] if theory else []) for r in curve],
     )
-    if math.isfinite(last["n_max_theory"]):
-        t_slope, _ = fit_line(
-            [r["d"] for r in curve], [math.log2(r["n_max_theory"]) for r in curve]
-        )
-        text += (
-            f"; nearest-pattern estimate at d = {last['d']}: {last['n_max_theory']:.0f} "
-            f"(slope {t_slope:.2f})"
-        )
-    return text + "."
 
 
-def summarize_digits(rows: list[dict[str, Any]]) -> dict[str, str]:
+def digits_cells(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[tuple[str, str], float]]:
     grid = [r for r in rows if r["kind"] == "recall"]
+    return {
+        (query, n): {
+            (r["similarity"], r["separation"]): r["recall"]
+            for r in grid
+            if r["query"] == query and r["n"] == n
+        }
+        for query in sorted({r["query"] for r in grid})
+        for n in sorted({r["n"] for r in grid})
+    }
+
+
+def power_of(rows: list[dict[str, Any]]) -> int:
+    """The degree of the digits grid's power separation."""
+    return int(next(r["power"] for r in rows if r["kind"] == "recall"))
+
+
+def summarize_digits(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    grid = digits_cells(rows)
     if not grid:
         return {}
-    sims_win, sep_win, parts_sim, parts_sep = True, True, [], []
-    for query in sorted({r["query"] for r in grid}):
-        for n in sorted({r["n"] for r in grid}):
-            cells = {
-                (r["similarity"], r["separation"]): r["recall"]
-                for r in grid
-                if r["query"] == query and r["n"] == n
-            }
-            for sep in ("softmax", "max"):
-                dot = cells[("dot", sep)]
-                euc, man = cells[("euclidean", sep)], cells[("manhattan", sep)]
-                sims_win &= euc > dot and man > dot
-                parts_sim.append(
-                    f"{query} N={n} {sep}: euclidean {euc:.2f}, manhattan {man:.2f}, dot {dot:.2f}"
-                )
-            for sim in ("dot", "euclidean", "manhattan"):
-                strong = {sep: cells[(sim, sep)] for sep in STRONG}
-                best = max(strong, key=strong.__getitem__)
-                ident = cells[(sim, "identity")]
-                sep_win &= cells[(sim, best)] > ident
-                parts_sep.append(
-                    f"{query} N={n} {sim}: {best} {cells[(sim, best)]:.2f} vs identity {ident:.2f}"
-                )
+    sims: list[list[Any]] = []
+    seps: list[list[Any]] = []
+    for (query, n), cells in grid.items():
+        for sep in ("softmax", "max"):
+            sims.append(
+                [f"{query}, N = {n}", sep]
+                + [cells[(sim, sep)] for sim in ("euclidean", "manhattan", "dot")]
+            )
+        for sim in ("dot", "euclidean", "manhattan"):
+            seps.append(
+                [f"{query}, N = {n}", sim, cells[(sim, "identity")]]
+                + [cells[(sim, sep)] for sep in STRONG]
+            )
+    sims_win = all(float(r[2]) > float(r[4]) and float(r[3]) > float(r[4]) for r in sims)
+    sep_win = all(max(float(v) for v in r[3:]) > float(r[2]) for r in seps)
     return {
-        "digits: Euclidean and Manhattan beat dot": (
-            f"{'yes' if sims_win else 'NO'} (recall fraction): " + "; ".join(parts_sim) + "."
+        "digits: Euclidean and Manhattan beat dot": summary_table(
+            f"{'Yes' if sims_win else 'NO'} (recall fraction).",
+            ["queries", "separation", "euclidean", "manhattan", "dot"],
+            sims,
         ),
-        "digits: stronger separation beats identity": (
-            f"{'yes' if sep_win else 'NO'} (best of power/softmax/max vs identity): "
-            + "; ".join(parts_sep)
-            + "."
+        "digits: stronger separation beats identity": summary_table(
+            f"{'Yes' if sep_win else 'NO'} (recall fraction; best of power/softmax/max vs "
+            "identity).",
+            ["queries", "similarity", "identity", *STRONG],
+            seps,
+            note=(
+                f"power is (β·s)^{power_of(rows)}, normalised over the N stored images: at this "
+                "low degree every image keeps a share of the weight, so the retrieval is a blend "
+                "of images and misses the tolerance in every cell. Millidge et al. report "
+                "polynomial separations approaching max only as the degree grows."
+                if all(float(r[3 + STRONG.index("power")]) == 0 for r in seps)
+                else ""
+            ),
         ),
     }
 
@@ -197,114 +219,155 @@ def growth_fits(curve: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def _fits_text(fits: dict[str, float]) -> str:
-    return (
-        f"linear N_max = {fits['linear_c']:.3g} d (R^2 = {fits['linear_r2']:.3f}); "
-        f"log-log slope {fits['loglog_slope']:.2f} (R^2 = {fits['loglog_r2']:.3f}); "
-        f"log2 N_max vs d slope {fits['bits_per_dim']:.2f} bits per dimension "
-        f"(R^2 = {fits['exp_r2']:.3f})"
-    )
-
-
-def summarize_energy_family(rows: list[dict[str, Any]]) -> dict[str, str]:
-    """One line per separation ``F``: ``N_max(d)`` at both read-outs and the fitted laws."""
-    out = {}
+def summarize_energy_family(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One table for the whole family: per separation ``F`` and read-out, the fitted laws of
+    ``N_max(d)``; and one of ``N_max`` per ``d``."""
+    fits_rows: list[list[Any]] = []
+    curves: list[tuple[str, str, dict[int, float]]] = []
+    first = None
     for key, law in ENERGY_LAWS.items():
-        pattern = _curve(rows, f"energy:{key}@pattern")
-        state = _curve(rows, f"energy:{key}@state")
-        if not pattern:
-            continue
-        fits = growth_fits(pattern)
-        first = pattern[0]
-        text = (
-            f"{first['model']}, whitened similarity G^-1/2 K xi, ±1 patterns, {first['query']}, "
-            f"eps = {first['epsilon']:g}, {first['seeds']} seeds. Pattern read-out (K^T F'(s)): "
-            f"N_max = {_fmt([r['n_max'] for r in pattern])} at d = {[r['d'] for r in pattern]}"
-        )
-        if fits:
-            text += f"; fits: {_fits_text(fits)}; expected law: {law}"
-        if state:
-            state_fits = growth_fits(state)
-            text += (
-                f". State read-out (the step itself, K~^T F'(s)): N_max = "
-                f"{_fmt([r['n_max'] for r in state])}"
-            )
-            if state_fits:
-                text += (
-                    f" (linear N_max = {state_fits['linear_c']:.3g} d, R^2 = "
-                    f"{state_fits['linear_r2']:.3f}; log-log slope "
-                    f"{state_fits['loglog_slope']:.2f})"
+        for readout in ("pattern", "state"):
+            curve = family_curve(rows, f"energy:{key}@{readout}")
+            if not curve:
+                continue
+            first = first or curve[0]
+            fits = growth_fits(curve)
+            curves.append((key, readout, {r["d"]: r["n_max"] for r in curve}))
+            if fits:
+                fits_rows.append(
+                    [
+                        key,
+                        readout,
+                        law,
+                        fits["linear_c"],
+                        fits["linear_r2"],
+                        fits["loglog_slope"],
+                        fits["bits_per_dim"],
+                        fits["exp_r2"],
+                    ]
                 )
-        out[f"energy family, F = {first['separation']}: growth of N_max(d)"] = text + "."
-    return out
+    if first is None:
+        return {}
+    ds = sorted({d for _, _, by_d in curves for d in by_d})
+    table: list[list[Any]] = [
+        [key, readout, *(by_d.get(d, "") for d in ds)] for key, readout, by_d in curves
+    ]
+    quadratic = next((f for f in fits_rows if f[0] == "quadratic" and f[1] == "pattern"), None)
+    note = (
+        f"The quadratic member is the regression (pseudo-inverse) memory: N_max = "
+        f"{quadratic[3]:.3g} d here because each query is a stored pattern with "
+        f"{first['query']}, which it must also correct; with clean queries its N_max is d (the "
+        "pseudo-inverse row above)."
+        if quadratic
+        else ""
+    )
+    lead = (
+        f"{first['model']}, whitened similarity G^-1/2 K ξ, ±1 patterns, {first['query']}, "
+        f"ε = {first['epsilon']:g}, {first['seeds']} seeds."
+    )
+    return {
+        "energy family: N_max(d)": summary_table(
+            lead, ["F", "read-out"] + [f"d = {d}" for d in ds], table, note
+        ),
+        "energy family: growth laws fitted to N_max(d)": summary_table(
+            "Fits of each curve: N_max = c·d, the log-log slope, and bits per dimension.",
+            [
+                "F",
+                "read-out",
+                "expected",
+                "c",
+                "R² (linear)",
+                "log-log slope",
+                "bits/dim",
+                "R² (exp)",
+            ],
+            fits_rows,
+        ),
+    }
 
 
-def summarize_energy_checks(rows: list[dict[str, Any]], config: CapacityConfig) -> str:
+def summarize_energy_checks(
+    rows: list[dict[str, Any]], config: CapacityConfig
+) -> str | dict[str, Any]:
     checks = [r for r in rows if r["kind"] == "energy_check"]
     if not checks:
         return "not measured"
     worst = max(checks, key=lambda r: r["max_relative_increase"])
-    margin = min(checks, key=lambda r: r["min_relative_cccp_margin"])
     ok = worst["max_relative_increase"] <= config.max_energy_increase
-    per = "; ".join(
-        f"{e}: {max(r['max_relative_increase'] for r in checks if r['energy'] == e):.1e}"
-        for e in ENERGY_LAWS
-        if any(r["energy"] == e for r in checks)
-    )
-    return (
-        f"{'yes' if ok else 'NO'}: over {len(checks)} runs ({checks[0]['steps']} steps from "
-        f"{checks[0]['queries']} random and {checks[0]['queries']} near-pattern queries, d = "
-        f"{checks[0]['d']}, N = {sorted({r['n'] for r in checks})}) the largest energy change "
-        f"per step, relative to the energy's terms, is {worst['max_relative_increase']:.2e} "
-        f"(limit {config.max_energy_increase:g}; round-off bound 2(N + d)u = "
-        f"{worst['roundoff_bound']:.1e}); per F: {per}. Every step lowers E by at least "
-        f"½‖Δξ‖² (concave-convex bound) up to {-min(0.0, margin['min_relative_cccp_margin']):.1e}"
-        f" relative ({margin['energy']}, N = {margin['n']}, {margin['query']})."
+    return summary_table(
+        f"{'Yes' if ok else 'NO'}: over {len(checks)} runs ({checks[0]['steps']} steps, d = "
+        f"{checks[0]['d']}) no step raises E by more than {config.max_energy_increase:g} relative "
+        f"(round-off bound 2(N + d)u = {worst['roundoff_bound']:.1e}).",
+        ["F", "largest relative increase", "largest shortfall below ½‖Δξ‖²"],
+        [
+            [
+                e,
+                max(r["max_relative_increase"] for r in checks if r["energy"] == e),
+                -min(0.0, min(r["min_relative_cccp_margin"] for r in checks if r["energy"] == e)),
+            ]
+            for e in ENERGY_LAWS
+            if any(r["energy"] == e for r in checks)
+        ],
     )
 
 
-def summarize_ols_energy(rows: list[dict[str, Any]]) -> str:
+def summarize_ols_energy(rows: list[dict[str, Any]]) -> str | dict[str, Any]:
     ols = [r for r in rows if r["kind"] == "ols_energy"]
     if not ols:
         return "not measured"
-    sizes = ", ".join(f"{r['n']}x{r['d']}" for r in ols)
-    return (
-        "the forward pass of OLSTransformer().fit(X, Y) on its own context X equals one step "
-        "on the quadratic energy with patterns the d columns of X (the projection P y = "
-        f"X (X^T X)^-1 X^T y) to {max(r['forward_vs_step'] for r in ols):.1e} relative "
-        f"(N x d = {sizes}, condition numbers "
-        f"{_fmt([r['condition'] for r in ols])}); E(y) = ½ y^T (I - P) y matches ½ RSS of "
-        f"numpy lstsq to {max(r['energy_vs_half_rss'] for r in ols):.1e}; after the step "
-        f"E / E_before = {max(r['energy_after_relative'] for r in ols):.1e} and the output is "
-        f"a fixed point to {max(r['fixed_point'] for r in ols):.1e}; worst error / bound "
-        f"max(N, d)·u·κ(X) = {max(r['worst_error_over_bound'] for r in ols):.1e}."
+    return summary_table(
+        "OLSTransformer().fit(X, Y) on its own context is one step on the quadratic energy "
+        "(patterns: the columns of X); E(y) = ½ yᵀ(I − P)y is ½ RSS.",
+        [
+            "N × d",
+            "κ(X)",
+            "forward vs step",
+            "E vs ½ RSS (lstsq)",
+            "E after / before",
+            "error / bound",
+        ],
+        [
+            [
+                f"{r['n']} × {r['d']}",
+                r["condition"],
+                r["forward_vs_step"],
+                r["energy_vs_half_rss"],
+                r["energy_after_relative"],
+                r["worst_error_over_bound"],
+            ]
+            for r in ols
+        ],
     )
 
 
-def summarize_energy_cost(rows: list[dict[str, Any]]) -> str:
+def summarize_energy_cost(rows: list[dict[str, Any]]) -> str | dict[str, Any]:
     cost = [r for r in rows if r["kind"] == "energy_cost"]
     if not cost:
         return "not measured"
-    parts = []
+    table = []
     for key in ENERGY_LAWS:
         mine = sorted((r for r in cost if r["energy"] == key), key=lambda r: r["d"])
-        if not mine:
-            continue
-        top = mine[-1]
-        parts.append(
-            f"{key} at d = {top['d']}: N_max = {top['n_max']:.3g}, "
-            f"{top['seconds_per_retrieval'] * 1e6:.3g} µs per retrieval, "
-            f"{top['bytes_per_pattern']:.3g} bytes of state per pattern"
-        )
-    return (
-        "time of one retrieval (one step, pattern read-out, one thread) and bytes of "
-        "retrieval state per stored pattern at N_max: " + "; ".join(parts) + "."
+        if mine:
+            top = mine[-1]
+            table.append(
+                [
+                    key,
+                    top["d"],
+                    top["n_max"],
+                    top["seconds_per_retrieval"] * 1e6,
+                    top["bytes_per_pattern"],
+                ]
+            )
+    return summary_table(
+        "One retrieval (one step, pattern read-out, one thread) at N_max, largest d.",
+        ["F", "d", "N_max", "µs per retrieval", "bytes per pattern"],
+        table,
     )
 
 
-def summarize(rows: list[dict[str, Any]], config: CapacityConfig) -> dict[str, str]:
+def summarize(rows: list[dict[str, Any]], config: CapacityConfig) -> dict[str, Any]:
     """Every Done-when claim of the capacity study, answered with the measured numbers."""
-    out = {
+    out: dict[str, Any] = {
         "pseudo-inverse memory: exact for N <= d, not for N > d": summarize_pinv(rows),
         "Hebbian capacity at 10% flips near 0.138 d": summarize_hebbian(rows),
         "dense associative memory: exponent near n - 1": summarize_dam(rows),
@@ -334,7 +397,7 @@ def capacity_checks(rows: list[dict[str, Any]], config: CapacityConfig) -> list[
     pinv = [r for r in rows if r["kind"] == "pinv_check"]
     exact = sum(bool(r["exact_all_n_le_d"] and r["inexact_all_n_gt_d"]) for r in pinv)
     checks = [check("pseudo-inverse: d with capacity exactly d", exact, ">=", len(pinv))]
-    curve = [r for r in _curve(rows, "softmax") if r["n_max"] > 0]
+    curve = [r for r in family_curve(rows, "softmax") if r["n_max"] > 0]
     if len(curve) >= 3:
         _, r2 = fit_line([r["d"] for r in curve], [math.log2(r["n_max"]) for r in curve])
         checks.append(

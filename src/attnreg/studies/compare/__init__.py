@@ -22,6 +22,7 @@ SPEC = StudySpec(
     "against ridge and OLS; the OLS-Transformer trained from scratch; the blog's open questions "
     "answered with numbers.",
     title="compare — attention variants against ridge regression",
+    ledger=True,
 )
 
 __all__ = ["ROW_KEYS", "SPEC", "CompareConfig", "full_config", "quick_config"]

@@ -39,7 +39,7 @@ from attnreg.core.threads import torch_threads
 from attnreg.data.regression import RegressionData
 from attnreg.estimators import Ridge
 from attnreg.models.regressors import AttentionRegression
-from attnreg.studies.common import FigureRecord, Section
+from attnreg.studies.common import FigureRecord, Section, summary_table
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import cosine, mse
 from attnreg.studies.compare.train import fit_recipe, split_rows
@@ -147,33 +147,42 @@ def measure_mode(data: RegressionData, cfg: CompareConfig) -> list[dict[str, Any
     return rows
 
 
-def _summary(rows: list[dict[str, Any]], datasets: dict[str, RegressionData]) -> str:
-    parts, gaps = [], []
+def _summary(rows: list[dict[str, Any]], datasets: dict[str, RegressionData]) -> dict[str, Any]:
+    table, gaps = [], []
     for mode in dict.fromkeys(r["data"] for r in rows):
         a = next(r for r in rows if r["data"] == mode and r["convention"] == "attnreg")
         b = next(r for r in rows if r["data"] == mode and r["convention"] != "attnreg")
         n, d = datasets[mode].x_train.shape
         gaps.append(abs(b["test_mse"] / a["test_mse"] - 1))
-        parts.append(
-            f"{mode}: test MSE {a['test_mse']:.4f} (/N) vs {b['test_mse']:.4f} (/√d_k), cosine "
-            f"with ridge {a['cos_to_ridge']:.4f} vs {b['cos_to_ridge']:.4f}; ‖W_q W_kᵀ‖_F "
-            f"×{b['qk_norm'] / a['qk_norm']:.3g} (√d_k/N = {math.sqrt(d) / n:.3g}); best step "
-            f"{a['best_step']} vs {b['best_step']}; reported weights' norm / ridge's "
-            f"{a['weights_norm_vs_ridge']:.3f} (M XᵀY/N) vs {b['weights_norm_vs_ridge']:.3f} "
-            f"(M XᵀY/d, the layer's own {b['layer_weights_norm_vs_ridge']:.3f}; √d_k/d = "
-            f"{1 / math.sqrt(d):.3f})"
+        table.append(
+            [
+                mode,
+                f"{a['test_mse']:.4f} / {b['test_mse']:.4f}",
+                f"{a['cos_to_ridge']:.4f} / {b['cos_to_ridge']:.4f}",
+                f"{a['best_step']} / {b['best_step']}",
+                f"×{b['qk_norm'] / a['qk_norm']:.3g} (√d_k/N = {math.sqrt(d) / n:.3g})",
+                f"{a['weights_norm_vs_ridge']:.3f} / {b['weights_norm_vs_ridge']:.3f} / "
+                f"{b['layer_weights_norm_vs_ridge']:.3f} (√d_k/d = {1 / math.sqrt(d):.3f})",
+            ]
         )
     lams = sorted({r["ridge_lambda"] for r in rows})
-    return (
-        "attnreg (scores /N, weights M XᵀY/N) vs the blog as written (scores /√d_k, weights "
-        f"M XᵀY/d_features), same recipe and initial weights: the test MSE differs by at most "
-        f"{100 * max(gaps):.1f} %; what changes is the size of the learned W_q W_kᵀ (it absorbs "
-        "the score scale), the training path (early-stopping step), and the reported weights, "
-        "which under /d_features are √d_k/d of the coefficients the layer applies — "
-        + "; ".join(parts)
-        + ". Ridge λ: "
+    return summary_table(
+        "attnreg (scores /N, weights M XᵀY/N) / the blog as written (scores /√d_k, weights "
+        f"M XᵀY/d_features), same recipe and initial weights: test MSE differs by at most "
+        f"{100 * max(gaps):.1f} %.",
+        [
+            "data",
+            "test MSE",
+            "cosine with ridge",
+            "best step",
+            "‖W_q W_kᵀ‖, blog / attnreg",
+            "weights / ridge's: /N, /d_features, the blog layer's own",
+        ],
+        table,
+        note="The learned W_q W_kᵀ absorbs the score scale; the blog's reported weights are "
+        "√d_k/d of the coefficients its layer applies. Ridge λ: "
         + ("1e-3 in both" if lams == [BLOG_RIDGE] else ", ".join(f"{v:g}" for v in lams))
-        + "."
+        + ".",
     )
 
 

@@ -43,7 +43,7 @@ from attnreg.core import associate
 from attnreg.core.validation import check_choice
 from attnreg.data.regression import RegressionData
 from attnreg.estimators import Ridge
-from attnreg.studies.common import FigureRecord, Section
+from attnreg.studies.common import FigureRecord, Section, summary_table
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import mse
 
@@ -181,40 +181,45 @@ def measure_mode(
     return rows, path
 
 
-def _summary(rows: list[dict[str, Any]], path: list[dict[str, Any]]) -> str:
-    parts, heads = [], []
-    for mode in dict.fromkeys(r["data"] for r in rows):
-        sel = [r for r in rows if r["data"] == mode]
-        ops = "; ".join(
-            f"{r['separation']}"
-            + (f" (β = {r['beta']:.3g})" if r["beta"] is not None else "")
-            + f" {r['recall_mse']:.3f} / {r['test_mse']:.3f} (self {r['self_weight']:.3f}, "
-            f"×{r['test_over_recall']:.2f})"
-            for r in sel
+def _summary(rows: list[dict[str, Any]], path: list[dict[str, Any]]) -> dict[str, Any]:
+    table = []
+    for r in rows:
+        table.append(
+            [
+                r["data"],
+                r["separation"] + (f" (β = {r['beta']:.3g})" if r["beta"] is not None else ""),
+                float(r["recall_mse"]),
+                float(r["test_mse"]),
+                float(r["ridge_test_mse"]),
+                float(r["self_weight"]),
+                float(r["test_over_recall"]),
+            ]
         )
-        best = min(sel, key=lambda r: r["test_mse"])
-        floor = min(
-            [r["recall_mse"] for r in sel] + [p["recall_mse"] for p in path if p["data"] == mode]
+    floors = {
+        mode: min(
+            [r["recall_mse"] for r in rows if r["data"] == mode]
+            + [p["recall_mse"] for p in path if p["data"] == mode]
         )
-        parts.append(
-            f"{mode} (ridge test {sel[0]['ridge_test_mse']:.3f}): {ops}; lowest test MSE "
-            f"{best['separation']}"
-        )
-        ols = next(r for r in sel if r["separation"].startswith("identity"))
-        others = [r["test_over_recall"] for r in sel if r is not ols]
-        heads.append(
-            f"{mode}: test/recall ×{ols['test_over_recall']:.2f} for OLS, "
-            f"×{min(others):.2f}–{max(others):.2f} for the sharper separations; lowest recall "
-            f"MSE of any separation or β {floor:.3f}"
-        )
-    return (
-        "; ".join(heads)
-        + ". Recall MSE on the stored training rows / test MSE (in brackets: mean weight of a "
-        "stored row on itself, test/recall), whitened similarity x*ᵀS⁺x_i — "
-        + " | ".join(parts)
-        + ". A memory that recalled its stored rows would reach recall MSE 0; with the dot "
+        for mode in dict.fromkeys(r["data"] for r in rows)
+    }
+    return summary_table(
+        "Whitened similarity x*ᵀS⁺x_i with sharper separations: recall MSE on the stored "
+        "training rows against test MSE. Lowest recall MSE of any separation or β: "
+        + ", ".join(f"{m} {v:.3f}" for m, v in floors.items())
+        + ".",
+        [
+            "data",
+            "separation",
+            "recall MSE",
+            "test MSE",
+            "ridge test MSE",
+            "self weight",
+            "test / recall",
+        ],
+        table,
+        note="A memory that recalled its stored rows would reach recall MSE 0; with the dot "
         "similarity a longer row in the query's direction outscores the row itself, and the OLS "
-        "row puts only the leverage d/N on it."
+        "row puts only the leverage d/N on it.",
     )
 
 

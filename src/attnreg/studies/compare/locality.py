@@ -36,9 +36,10 @@ import torch
 from attnreg.core import associate
 from attnreg.core.validation import check_choice
 from attnreg.data.regression import RegressionData
-from attnreg.studies.common import FigureRecord, Section
+from attnreg.studies.common import FigureRecord, Section, summary_table
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import hat_matrix
+from attnreg.studies.ledger import Claim
 
 SECTION = "locality"
 QUESTION = "global or local: how many context rows does a query's attention row draw on?"
@@ -118,21 +119,42 @@ def measure_mode(
     return rows, values
 
 
-def _summary(rows: list[dict[str, Any]]) -> str:
-    parts = []
-    for mode in dict.fromkeys(r["data"] for r in rows):
-        sel = [r for r in rows if r["data"] == mode]
-        cells = ", ".join(
-            f"{r['operator']} {r['pr_median']:.1f} ({100 * r['pr_median_fraction']:.0f} %; "
-            f"distance ×{r['rel_distance_median']:.2f})"
-            for r in sel
-        )
-        parts.append(f"{mode} (N = {sel[0]['n_context']}): {cells}")
-    return (
-        "median participation ratio PR = (Σ|a_i|)²/Σa_i² over the test queries (as % of N; in "
-        "brackets the median weighted distance of the rows drawn on, relative to the mean "
-        "distance to all rows) — " + "; ".join(parts)
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return summary_table(
+        "Per test query: participation ratio PR = (Σ|a_i|)²/Σa_i² as % of N (medians), and the "
+        "weighted distance of the rows drawn on relative to the mean distance.",
+        ["data", "N", "operator", "PR (% of N)", "distance ×"],
+        [
+            [
+                r["data"],
+                int(r["n_context"]),
+                r["operator"],
+                f"{100 * r['pr_median_fraction']:.0f} %",
+                float(r["rel_distance_median"]),
+            ]
+            for r in rows
+        ],
     )
+
+
+LOCAL_LIMIT = 0.25
+"""An operator is "local" on a data mode when its median query draws on at most this fraction
+of the context rows (participation ratio / N)."""
+
+
+def claims(rows: list[dict[str, Any]]) -> list[Claim]:
+    """Goulet Coulombe's locality claim: softmax attention's median PR / N per data mode."""
+    return [
+        Claim(
+            'Goulet Coulombe 2025 ("Everything is matter")',
+            "softmax attention is local: a query draws on a few nearby rows, unlike the global "
+            "regression hat matrix",
+            "softmax median participation ratio / N",
+            "<=",
+            LOCAL_LIMIT,
+            {r["data"]: float(r["pr_median_fraction"]) for r in rows if r["operator"] == "softmax"},
+        )
+    ]
 
 
 def figure(
@@ -179,4 +201,9 @@ def section(cfg: CompareConfig, datasets: dict[str, RegressionData]) -> Section:
         r, v = measure_mode(data, cfg)
         rows += r
         values[mode] = v
-    return Section(rows=rows, summary={QUESTION: _summary(rows)}, figures=[figure(rows, values)])
+    return Section(
+        rows=rows,
+        summary={QUESTION: _summary(rows)},
+        figures=[figure(rows, values)],
+        claims=claims(rows),
+    )

@@ -37,7 +37,7 @@ import torch
 from attnreg.constructions import OLSTransformer
 from attnreg.data.regression import RegressionData
 from attnreg.estimators import OLS
-from attnreg.studies.common import FigureRecord, Section
+from attnreg.studies.common import FigureRecord, Section, summary_table
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import mse
 
@@ -140,39 +140,48 @@ def _pick(rows: list[dict[str, Any]], mode: str, scenario: str, slow: str, fast:
     )
 
 
-def _summary(rows: list[dict[str, Any]]) -> str:
-    parts = []
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    table = []
     for mode, scenario in dict.fromkeys((r["data"], r["scenario"]) for r in rows):
         ab = _pick(rows, mode, scenario, "A", "B")
         ba = _pick(rows, mode, scenario, "B", "A")
         aa = _pick(rows, mode, scenario, "A", "A")
-        parts.append(
-            f"{mode}, {scenario}: slow A + fast B {ab['mse_to_ols_b']:.3g} "
-            f"(relative {ab['rel_mse_to_ols_b']:.3g}), slow B + fast A {ba['mse_to_ols_b']:.3g} "
-            f"({ba['rel_mse_to_ols_b']:.3g}), OLS on A {aa['mse_to_ols_b']:.3g} "
-            f"({aa['rel_mse_to_ols_b']:.3g}); ‖S_slow⁻¹S_fast − I‖_F/√d {ab['fast_mismatch']:.3g}"
+        table.append(
+            [
+                mode,
+                scenario,
+                float(ab["rel_mse_to_ols_b"]),
+                float(ba["rel_mse_to_ols_b"]),
+                float(aa["rel_mse_to_ols_b"]),
+                float(ab["fast_mismatch"]),
+            ]
         )
-    verdict = ""
+    note = ""
     diff = [r for r in rows if r["scenario"] == "different w"]
     if diff:
         mode = diff[0]["data"]
         ab = _pick(rows, mode, "different w", "A", "B")
         ba = _pick(rows, mode, "different w", "B", "A")
         holder = "slow" if ba["mse_to_ols_b"] < ab["mse_to_ols_b"] else "fast"
-        verdict = (
-            f" When B's targets come from a different w, the predictions follow the {holder} "
-            f"memory: MSE to OLS on B {ba['mse_to_ols_b']:.3g} with B's weights and A's context "
-            f"against {ab['mse_to_ols_b']:.3g} with A's weights and B's context (relative "
-            f"{ba['rel_mse_to_ols_b']:.3g} vs {ab['rel_mse_to_ols_b']:.3g}). The targets are in "
-            "W_P = P; the context brings only its covariance, ŷ = X* S_slow⁻¹ S_fast β̂_slow, and "
-            "the remaining error is S_fast ≠ S_slow."
+        note = (
+            f"When B's targets come from a different w, the predictions follow the {holder} "
+            f"memory (relative MSE {ba['rel_mse_to_ols_b']:.3g} with B's weights and A's context, "
+            f"{ab['rel_mse_to_ols_b']:.3g} with A's weights and B's context): the targets are in "
+            "W_P = P, the context brings only its covariance, ŷ = X* S_slow⁻¹ S_fast β̂_slow."
         )
-    return (
-        "MSE (relative: / mean ŷ_OLS,B²) of the swapped layer's test predictions to OLS fitted "
-        "on B; A and B are disjoint halves of the training rows — "
-        + "; ".join(parts)
-        + "."
-        + verdict
+    return summary_table(
+        "Relative MSE (/ mean ŷ_OLS,B²) of the swapped layer's test predictions to OLS fitted "
+        "on B; A and B are disjoint halves of the training rows.",
+        [
+            "data",
+            "scenario",
+            "slow A + fast B",
+            "slow B + fast A",
+            "OLS on A",
+            "‖S_slow⁻¹S_fast − I‖_F/√d",
+        ],
+        table,
+        note=note,
     )
 
 

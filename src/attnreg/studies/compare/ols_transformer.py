@@ -163,6 +163,7 @@ def run(config: CompareConfig) -> OLSTransformerResult:
             "qk_distance": last["qk_distance"],
             "vp_distance": last["vp_distance"],
             "first_step_below_1e-3": float(threshold),
+            "d": float(data.d),
         }
         for kind in SHIFTS:
             if kind == "covariance" and data.d == 1:
@@ -229,7 +230,9 @@ def make_figures(result: OLSTransformerResult) -> list[FigureRecord]:
     )
     colours = dict(zip(names, ("tab:blue", "tab:red", "tab:green", "tab:purple"), strict=False))
     fig, ax = new_figure(figsize=(6, 3.6))
-    for name in names:
+    # d = 1 (the y = 2x toy): the best scale is the only freedom, so the distance is 0 at every
+    # step and the curve shows nothing
+    for name in [n for n in names if result.final.get(n, {}).get("d", 2.0) > 1]:
         c = [r for r in result.curves if r["data"] == name]
         steps = [max(r["step"], 1) for r in c]
         for key, style, label in (
@@ -252,7 +255,9 @@ def make_figures(result: OLSTransformerResult) -> list[FigureRecord]:
             figure=fig,
             caption=(
                 "Distance of the learned W_Q W_Kᵀ and W_V W_P to the constructed ones after the "
-                "identifiable scale, against the training step (compare config)."
+                "identifiable scale, against the training step (compare config). Data sets with "
+                "d = 1 (the y = 2x toy) are left out: one scale is their only freedom, so the "
+                "distance is 0 from the first step and shows nothing."
             ),
         )
     )

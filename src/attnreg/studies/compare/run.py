@@ -104,6 +104,7 @@ def _run(cfg: CompareConfig, progress: Progress) -> StudyResult:
     result = StudyResult("compare", asdict(cfg), rows, tables={"compare_training": training})
     result.summary = compare_summary.summarise(rows, training, sklearn_gap, ols_tf, cfg, probe)
     result.checks = compare_summary.checks(rows, sklearn_gap, cfg)
+    result.claims = compare_summary.claims(rows, ols_tf, cfg)
     result.figures = compare_figures.make_figures(rows, kept, baselines, datasets)
     if ols_tf is not None:
         result.figures += compare_ols_transformer.make_figures(ols_tf)

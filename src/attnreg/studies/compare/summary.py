@@ -10,9 +10,10 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from attnreg.studies.common import check
+from attnreg.studies.common import check, summary_table
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.ols_transformer import OLSTransformerResult
+from attnreg.studies.ledger import Claim
 
 Row = dict[str, Any]
 
@@ -48,11 +49,11 @@ def _corr(rows: list[Row], **match: Any) -> float:
     return _mean(rows, "wqwk_invcov_corr", **match)
 
 
-def _vs_ridge(rows: list[Row], cfg: CompareConfig) -> str:
+def _vs_ridge(rows: list[Row], cfg: CompareConfig) -> dict[str, Any]:
     ridge = _mean(rows, "test_mse", data="synthetic", variant="ridge")
-    parts = []
+    table = []
     for variant, white, label in (
-        ("regression", True, "data-whitened regression-like"),
+        ("regression", True, "regression-like, data whitened"),
         ("whitened", False, "built-in whitened"),
     ):
         if variant not in cfg.variants or white not in cfg.whitening:
@@ -67,56 +68,65 @@ def _vs_ridge(rows: list[Row], cfg: CompareConfig) -> str:
                 qk=qk,
                 layernorm=False,
             )
-            parts.append(f"{label}, qk={qk}: {m:.4f} ({100 * (m / ridge - 1):+.1f} %)")
-    return f"ridge test MSE {ridge:.4f}; trained, layer norm off: " + "; ".join(parts)
+            table.append([label, qk, m, f"{100 * (m / ridge - 1):+.1f} %"])
+    return summary_table(
+        f"Synthetic data, trained, layer norm off; ridge test MSE {ridge:.4f}.",
+        ["attention", "qk", "test MSE", "vs ridge"],
+        table,
+    )
 
 
-def _inverse_covariance(rows: list[Row], cfg: CompareConfig) -> str:
-    lines = []
-    for mode in cfg.data_modes:
-        vals = ", ".join(
-            f"{qk} {_corr(rows, data=mode, variant='regression', whitening=False, qk=qk, layernorm=False):.3f}"  # noqa: E501
+def _inverse_covariance(rows: list[Row], cfg: CompareConfig) -> dict[str, Any]:
+    table: list[list[Any]] = [
+        ["regression-like", mode]
+        + [
+            _corr(rows, data=mode, variant="regression", whitening=False, qk=qk, layernorm=False)
             for qk in cfg.qk
-        )
-        lines.append(f"{mode}: {vals}")
-    text = (
-        "correlation (cosine after the best scale) of the learned W_q W_kᵀ with S⁻¹, "
-        "regression-like attention, no whitening, no layer norm — " + "; ".join(lines)
-    )
+        ]
+        for mode in cfg.data_modes
+    ]
     if "whitened" in cfg.variants and "shared" in cfg.qk and False in cfg.whitening:
-        built_in = ", ".join(
-            f"{m} {_corr(rows, data=m, variant='whitened', whitening=False, qk='shared', layernorm=False):.4f}"  # noqa: E501
-            for m in cfg.data_modes
-        )
-        text += (
-            "; with whitening built in (whitened variant, shared W) the effective matrix is S⁻¹ "
-            f"up to the key ridge: corr {built_in}"
-        )
-    return text + (
-        ". Only M XᵀY is identified by the fit (ŷ = X* M XᵀY/N), so a trained M need not be S⁻¹."
+        for mode in cfg.data_modes:
+            corr = _corr(
+                rows, data=mode, variant="whitened", whitening=False, qk="shared", layernorm=False
+            )
+            table.append(
+                ["whitened (built in)", mode] + [corr if qk == "shared" else "" for qk in cfg.qk]
+            )
+    return summary_table(
+        "Cosine (after the best scale) of the learned W_q W_kᵀ with S⁻¹; no data whitening, "
+        "layer norm off.",
+        ["attention", "data"] + [f"qk = {qk}" for qk in cfg.qk],
+        table,
+        note="Only M XᵀY is identified by the fit (ŷ = X* M XᵀY/N, M = W_q W_kᵀ), so a trained "
+        "M need not be S⁻¹; with whitening built in, the effective matrix is S⁻¹ up to the key "
+        "ridge.",
     )
 
 
-def _whitening_effect(rows: list[Row], cfg: CompareConfig) -> str:
-    parts = []
+def _whitening_effect(rows: list[Row], cfg: CompareConfig) -> dict[str, Any]:
+    table = []
     for variant in cfg.variants:
         num, den = {"variant": variant, "whitening": True}, {"variant": variant, "whitening": False}
         pooled = _ratio(
             rows, num, den, {"data": cfg.data_modes, "qk": cfg.qk, "layernorm": [False]}
         )
-        per = ", ".join(
-            f"{m} {_ratio(rows, num, den, {'data': [m], 'qk': cfg.qk, 'layernorm': [False]}):.3f}"
+        per = [
+            _ratio(rows, num, den, {"data": [m], "qk": cfg.qk, "layernorm": [False]})
             for m in cfg.data_modes
-        )
-        parts.append(f"{variant}: ×{pooled:.3f} ({per})")
-    return (
-        "test MSE with data whitening / without (geometric mean over data modes and qk, layer "
-        "norm off; < 1 means whitening helps) — " + "; ".join(parts)
+        ]
+        table.append([variant, pooled, *per])
+    return summary_table(
+        "Test MSE with data whitening / without (geometric mean over qk, layer norm off; < 1: "
+        "whitening helps).",
+        ["variant", "all data", *cfg.data_modes],
+        table,
     )
 
 
-def _single_vs_factors(rows: list[Row], cfg: CompareConfig) -> str:
-    parts = []
+def _single_vs_factors(rows: list[Row], cfg: CompareConfig) -> dict[str, Any]:
+    shown = [qk for qk in ("single", "shared") if qk in cfg.qk]
+    table = []
     for mode in cfg.data_modes:
         pool: dict[str, list[Any]] = {
             "variant": list(cfg.variants),
@@ -124,54 +134,78 @@ def _single_vs_factors(rows: list[Row], cfg: CompareConfig) -> str:
             "layernorm": [False],
             "data": [mode],
         }
-        ratios = [
-            f"{qk}/separate ×{_ratio(rows, {'qk': qk}, {'qk': 'separate'}, pool):.3f}"
-            for qk in ("single", "shared")
-            if qk in cfg.qk
-        ]
-        parts.append(f"{mode}: " + ", ".join(ratios))
-    return (
-        "test MSE ratio (geometric mean over variants and whitening, layer norm off; ≈ 1 means "
-        "as good) — " + "; ".join(parts)
+        table.append([mode] + [_ratio(rows, {"qk": qk}, {"qk": "separate"}, pool) for qk in shown])
+    return summary_table(
+        "Test MSE ratio (geometric mean over variants and whitening, layer norm off; ≈ 1: as "
+        "good).",
+        ["data"] + [f"{qk} / separate" for qk in shown],
+        table,
     )
 
 
-def _layernorm_vs_whitening(rows: list[Row], cfg: CompareConfig) -> str:
-    parts = []
+def _layernorm_vs_whitening(rows: list[Row], cfg: CompareConfig) -> dict[str, Any]:
+    table = []
     for mode in cfg.data_modes:
         pool = {"variant": list(cfg.variants), "qk": list(cfg.qk), "data": [mode]}
         neither = {"layernorm": False, "whitening": False}
         ln = _ratio(rows, {"layernorm": True, "whitening": False}, neither, pool)
         wh = _ratio(rows, {"layernorm": False, "whitening": True}, neither, pool)
-        parts.append(f"{mode}: layer norm ×{ln:.3f}, whitening ×{wh:.3f}")
-    return (
-        "test MSE relative to neither (geometric mean over variants and qk) — "
-        + "; ".join(parts)
-        + ". Layer norm standardises each row across its features; it does not decorrelate "
-        "features, so it stands in for whitening only where the two ratios agree."
+        table.append([mode, ln, wh])
+    return summary_table(
+        "Test MSE relative to neither (geometric mean over variants and qk).",
+        ["data", "layer norm", "whitening"],
+        table,
+        note="Layer norm standardises each row across its features; it does not decorrelate "
+        "features, so it stands in for whitening only where the two ratios agree.",
     )
 
 
-def _shift_text(ols_tf: OLSTransformerResult) -> str:
+def _shift_table(ols_tf: OLSTransformerResult) -> dict[str, Any]:
     def short(model: str) -> str:
         return "refit" if "refit" in model else model.split(" ")[0]
 
-    parts = []
+    table = []
     for name in ols_tf.final:
         for kind in ("mean", "scale", "covariance"):
             sel = [r for r in ols_tf.shifts if r["data"] == name and r["shift"] == kind]
             if not sel:
                 continue
-            top = max(r["magnitude"] for r in sel)
-            low = min(r["magnitude"] for r in sel)
-            at_top = {short(r["model"]): r["mse_to_truth"] for r in sel if r["magnitude"] == top}
-            at_low = {short(r["model"]): r["mse_to_truth"] for r in sel if r["magnitude"] == low}
-            parts.append(
-                f"{name} {kind} m={top:g}: trained {at_top['trained']:.3g} (m={low:g}: "
-                f"{at_low['trained']:.3g}), constructed-frozen {at_top['constructed']:.3g} "
-                f"(m={low:g}: {at_low['constructed']:.3g}), refit {at_top['refit']:.3g}"
-            )
-    return "; ".join(parts)
+            for m in sorted({min(r["magnitude"] for r in sel), max(r["magnitude"] for r in sel)}):
+                at = {short(r["model"]): r["mse_to_truth"] for r in sel if r["magnitude"] == m}
+                table.append([name, kind, m, at["trained"], at["constructed"], at["refit"]])
+    return summary_table(
+        "MSE to the noise-free X* w on a shifted context and queries (weights trained or "
+        "constructed on the unshifted data), at the smallest and largest shift m.",
+        ["data", "shift", "m", "trained", "constructed, frozen", "refit (OLS)"],
+        table,
+    )
+
+
+def _functional(ols_tf: OLSTransformerResult) -> dict[str, Any]:
+    return summary_table(
+        "Relative MSE of the trained OLS-Transformer to the OLS fit.",
+        ["data", "train", "test queries", "Adam steps", "first step below 1e-3"],
+        [
+            [
+                name,
+                v["rel_mse_to_ols_train"],
+                v["rel_mse_to_ols_test"],
+                int(v["steps"]),
+                int(v["first_step_below_1e-3"]) if v["first_step_below_1e-3"] >= 0 else "never",
+            ]
+            for name, v in ols_tf.final.items()
+        ],
+    )
+
+
+def _structural(ols_tf: OLSTransformerResult) -> dict[str, Any]:
+    return summary_table(
+        "Relative distance of the trained weights to the constructed ones, after the best scale.",
+        ["data", "W_Q W_Kᵀ", "W_V W_P"],
+        [[name, v["qk_distance"], v["vp_distance"]] for name, v in ols_tf.final.items()],
+        note="With d = 1 the scale is the only freedom, so function implies structure; with "
+        "d > 1 one data set identifies only the product W_Q W_Kᵀ (XᵀX/N) W_V W_P = β̂.",
+    )
 
 
 def summarise(
@@ -181,9 +215,10 @@ def summarise(
     ols_tf: OLSTransformerResult | None,
     cfg: CompareConfig,
     probe: dict[str, dict[str, float]] | None = None,
-) -> dict[str, str]:
-    """Answers (sentences with numbers) keyed by question; see the module docstring."""
-    out: dict[str, str] = {
+) -> dict[str, Any]:
+    """Answers (a short sentence, or a lead sentence with a table) keyed by question; see the
+    module docstring."""
+    out: dict[str, Any] = {
         "ridge rows vs scikit-learn": (
             f"max |ŷ_ridge − ŷ_sklearn| = {sklearn_gap:.2e} over the train and test rows of every "
             f"data mode and seed (scikit-learn Ridge(alpha={cfg.ridge}, fit_intercept=False, "
@@ -198,15 +233,13 @@ def summarise(
         )
     if probe:
         k = int(next(iter(probe.values()))["targets"])
-        out["... and when W_q W_kᵀ is identified (k targets at once)?"] = (
-            f"regression-like attention on the synthetic inputs (κ(Σ) = {cfg.condition:g}) with "
-            f"k = {k} random targets as values, {cfg.probe_steps} Adam steps: corr with S⁻¹ "
-            + "; ".join(
-                f"{name} {v['corr']:.3f} (test MSE ×{v['test_mse_ratio']:.3f} ridge's)"
-                for name, v in probe.items()
-            )
-            + ". Whitening in front makes the fit well conditioned, so the effective "
-            "S^{-1/2} W_q W_kᵀ S^{-1/2} approaches S⁻¹ in the same number of steps."
+        out["... and when W_q W_kᵀ is identified (k targets at once)?"] = summary_table(
+            f"Regression-like attention on the synthetic inputs (κ(Σ) = {cfg.condition:g}) with "
+            f"k = {k} random targets as values, {cfg.probe_steps} Adam steps.",
+            ["preprocessing", "corr with S⁻¹", "test MSE / ridge's"],
+            [[name, v["corr"], v["test_mse_ratio"]] for name, v in probe.items()],
+            note="Whitening in front makes the fit well conditioned, so the effective "
+            "S^{-1/2} W_q W_kᵀ S^{-1/2} approaches S⁻¹ in the same number of steps.",
         )
     if set(cfg.whitening) == {False, True}:
         out["does whitening help test MSE?"] = _whitening_effect(rows, cfg)
@@ -215,27 +248,9 @@ def summarise(
     if set(cfg.layernorm) == {False, True} and set(cfg.whitening) == {False, True}:
         out["does layer normalisation stand in for whitening?"] = _layernorm_vs_whitening(rows, cfg)
     if ols_tf is not None:
-        f = ols_tf.final
-        out["trained OLS-Transformer: functional convergence"] = "; ".join(
-            f"{name}: relative MSE to the OLS fit {v['rel_mse_to_ols_train']:.2e} (train), "
-            f"{v['rel_mse_to_ols_test']:.2e} (test queries) after {int(v['steps'])} Adam steps; "
-            + (
-                f"first below 1e-3 at step {int(v['first_step_below_1e-3'])}"
-                if v["first_step_below_1e-3"] >= 0
-                else "never below 1e-3"
-            )
-            for name, v in f.items()
-        )
-        out["trained OLS-Transformer: structural convergence"] = (
-            "; ".join(
-                f"{name}: distance after the best scale W_Q W_Kᵀ {v['qk_distance']:.3f}, "
-                f"W_V W_P {v['vp_distance']:.3f}"
-                for name, v in f.items()
-            )
-            + ". With d = 1 the scale is the only freedom, so function implies structure; with "
-            "d > 1 one data set identifies only the product W_Q W_Kᵀ (XᵀX/N) W_V W_P = β̂."
-        )
-        out["trained OLS-Transformer: shift sensitivity (MSE to X* w)"] = _shift_text(ols_tf)
+        out["trained OLS-Transformer: functional convergence"] = _functional(ols_tf)
+        out["trained OLS-Transformer: structural convergence"] = _structural(ols_tf)
+        out["trained OLS-Transformer: shift sensitivity (MSE to X* w)"] = _shift_table(ols_tf)
     stuck = sum(bool(t["stuck"]) for t in training)
     early = sum(t["stopped"] == "patience" for t in training)
     median = sorted(t["steps_run"] for t in training)[len(training) // 2] if training else 0
@@ -273,4 +288,77 @@ def checks(rows: list[Row], sklearn_gap: float, cfg: CompareConfig) -> list[dict
                 cfg.max_whitened_vs_ridge,
             )
         )
+    return out
+
+
+CONVERGED = 1e-3
+"""The trained OLS-Transformer "converges to OLS" when its relative MSE to the OLS fit on the
+test queries is at most this."""
+SENSITIVE = 2.0
+"""A frozen layer is "sensitive to a shift" when its MSE to the truth at the largest shift is
+at least this many times that of the layer refitted on the shifted context (OLS)."""
+INVERSE_COVARIANCE = 0.9
+"""A trained ``W_q W_kᵀ`` "is" ``S⁻¹`` when its cosine with ``S⁻¹`` is at least this."""
+
+
+def claims(rows: list[Row], ols_tf: OLSTransformerResult | None, cfg: CompareConfig) -> list[Claim]:
+    """The claims of Tan & Zhao and Goulet Coulombe that the attention cells and the trained
+    OLS-Transformer test (thresholds: :data:`CONVERGED`, :data:`SENSITIVE`,
+    :data:`INVERSE_COVARIANCE`)."""
+    out = []
+    if "regression" in cfg.variants and False in cfg.whitening:
+        qk = "single" if "single" in cfg.qk else cfg.qk[0]
+        out.append(
+            Claim(
+                'Goulet Coulombe 2025 ("Everything is matter")',
+                "trained regression-like attention learns W_q W_kᵀ ∝ S⁻¹, the OLS metric",
+                f"cosine of the trained W_q W_kᵀ (qk = {qk}) with S⁻¹",
+                ">=",
+                INVERSE_COVARIANCE,
+                {
+                    mode: _corr(
+                        rows,
+                        data=mode,
+                        variant="regression",
+                        whitening=False,
+                        qk=qk,
+                        layernorm=False,
+                    )
+                    for mode in cfg.data_modes
+                },
+            )
+        )
+    if ols_tf is None:
+        return out
+    out.append(
+        Claim(
+            "Tan & Zhao 2026 (arXiv 2604.13656)",
+            "the OLS-Transformer's architecture, trained from a random start, learns OLS",
+            "relative MSE to the OLS fit on test queries",
+            "<=",
+            CONVERGED,
+            {name: v["rel_mse_to_ols_test"] for name, v in ols_tf.final.items()},
+        )
+    )
+    frozen_vs_refit = {}
+    for name in ols_tf.final:
+        for kind in ("mean", "scale", "covariance"):
+            sel = [r for r in ols_tf.shifts if r["data"] == name and r["shift"] == kind]
+            if not sel:
+                continue
+            top = max(r["magnitude"] for r in sel)
+            at = {r["model"]: r["mse_to_truth"] for r in sel if r["magnitude"] == top}
+            frozen_vs_refit[f"{name} {kind} m={top:g}"] = (
+                at["constructed (weights frozen)"] / at["constructed (refitted = OLS)"]
+            )
+    out.append(
+        Claim(
+            "Tan & Zhao 2026 (arXiv 2604.13656)",
+            "a model whose weights are frozen is sensitive to a shift of the input distribution",
+            "MSE to X* w at the largest shift, frozen constructed weights / refitted (OLS)",
+            ">=",
+            SENSITIVE,
+            frozen_vs_refit,
+        )
+    )
     return out

@@ -26,6 +26,7 @@ SPEC = StudySpec(
         Extra("--threads", "threads", "Torch intra-op threads (1 is fastest here).", int),
     ),
     json_view="attnreg.studies.icl.run:json_rows",
+    ledger=True,
 )
 
 __all__ = ["MODEL_SPECS", "SPEC", "ICLConfig", "ModelSpec", "full_config", "quick_config"]

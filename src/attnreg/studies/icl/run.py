@@ -40,6 +40,7 @@ from attnreg.explaining import explain
 from attnreg.models import TokenModel, TrainableLSA
 from attnreg.progress import Progress
 from attnreg.studies.common import StudyResult, check
+from attnreg.studies.icl.claims import icl_claims
 from attnreg.studies.icl.config import MODEL_SPECS, ICLConfig, config_dict
 from attnreg.studies.icl.metrics import alignment
 from attnreg.studies.icl.references import (
@@ -234,7 +235,11 @@ def _run(cfg: ICLConfig, progress: Progress) -> StudyResult:
             )
     figures = make_figures(cfg, rows, models, results, histories, refs)
     summary["wall time"] = f"{time.perf_counter() - t_start:.1f} s ({cfg.threads} thread(s))"
-    return StudyResult("icl", config_dict(cfg), rows, figures, summary, checks, models=checkpoints)
+    result = StudyResult(
+        "icl", config_dict(cfg), rows, figures, summary, checks, models=checkpoints
+    )
+    result.claims = icl_claims(rows, cfg)
+    return result
 
 
 def _short(params: dict[str, Any]) -> str:

@@ -29,6 +29,7 @@ SPEC = StudySpec(
         Extra("--ridge", "ridge", "Ridge λ of the ridge-form constructions (> 0).", float),
     ),
     report_table=True,
+    ledger=True,
 )
 
 __all__ = ["SPEC", "VerifyConfig", "full_config", "quick_config"]

@@ -8,9 +8,10 @@ from dataclasses import replace
 from attnreg.progress import Progress
 from attnreg.studies.common import StudyResult, check
 from attnreg.studies.verify.certificate import certificate
+from attnreg.studies.verify.claims import certificate_claims
 from attnreg.studies.verify.config import VerifyConfig, config_dict
 from attnreg.studies.verify.figures import certificate_figure
-from attnreg.studies.verify.sign import literal_sign_check
+from attnreg.studies.verify.sign import literal_sign_distances, sign_claims, sign_sentence
 
 
 def run(cfg: VerifyConfig | None = None, progress: Progress | None = None) -> StudyResult:
@@ -37,6 +38,9 @@ def run(cfg: VerifyConfig | None = None, progress: Progress | None = None) -> St
             f"{worst['tol']:.1e})."
         )
         checks.append(check(f"{dtype} rows within their tolerance", passed, ">=", len(mine)))
-    summary["von Oswald summary, as written"] = literal_sign_check(cfg.seed)
+    plus, minus = literal_sign_distances(cfg.seed)
+    summary["von Oswald summary, as written"] = sign_sentence(plus, minus)
     figures = [certificate_figure(rows, cfg)]
-    return StudyResult("verify", config_dict(cfg), rows, figures, summary, checks)
+    result = StudyResult("verify", config_dict(cfg), rows, figures, summary, checks)
+    result.claims = certificate_claims(rows, cfg.dtypes) + sign_claims(plus, minus)
+    return result
