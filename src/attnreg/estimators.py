@@ -283,6 +283,71 @@ class KernelSmoother:
         return check_finite_result(out).reshape(shape)
 
 
+@dataclass
+class LMS:
+    """Least mean squares (Widrow & Hoff 1960), the online estimator: one pass over the context
+    in order, ``W_i = W_{i−1} + β (y_i − W_{i−1} x_i) x_iᵀ`` from ``W_0 = 0``; ``ŷ* = W_N x*``.
+
+    It is the delta rule with keys ``x_i``, values ``y_i`` and step ``β``
+    (:func:`attnreg.sequence.delta_rule`, computed by its chunked form: DeltaNet with
+    ``W_Q = W_K = I`` *is* LMS). Stable when ``β ‖x_i‖² ≤ 2`` for every i. Unlike the other
+    estimators its answer depends on the order of the context pairs.
+    """
+
+    beta: float = 0.1
+
+    def __post_init__(self) -> None:
+        check_positive("beta", self.beta)
+
+    def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
+        """``W_N x*`` after one LMS pass over each task's context. The queries are read out as
+        tokens with zero key and value written after the context (a zero key leaves the state
+        unchanged)."""
+        from attnreg.sequence import delta_rule
+
+        xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
+        m = xq.shape[1]
+        keys = torch.cat([xc, torch.zeros_like(xq)], dim=1).unsqueeze(1)
+        values = torch.cat([yc, yc.new_zeros(yc.shape[0], m, yc.shape[-1])], dim=1).unsqueeze(1)
+        queries = torch.cat([torch.zeros_like(xc), xq], dim=1).unsqueeze(1)
+        out = delta_rule(queries, keys, values, self.beta)[:, 0, -m:]
+        return check_finite_result(out).reshape(shape)
+
+
+@dataclass
+class LocalLinear:
+    """Kernel-weighted local-linear regression at the query (Cleveland 1979; Fan & Gijbels
+    1996): ``ŷ* = ȳ + Σ^{yx} (Σ^{xx} + λI)⁻¹ (x* − x̄)``, the intercept of
+    ``min_{b, W} Σ_i w_i ‖y_i − b − W (x_i − x*)‖² + λ‖W‖²`` with the softmax weights
+    ``w_i = softmax_i(β x*ᵀ x_i)``, the weighted means ``x̄ = Σ w_i x_i``, ``ȳ`` and the centred
+    weighted moments ``Σ^{xx} = Σ w_i (x_i − x̄)(x_i − x̄)ᵀ``, ``Σ^{yx}``. It is what local linear
+    attention (:func:`attnreg.sequence.local_linear_attention`, Zuo et al. 2025) computes at
+    its last position; the kernel smoother is its local-constant special case.
+    """
+
+    beta: float = 1.0
+    lam: float = 1e-3
+
+    def __post_init__(self) -> None:
+        check_positive("beta", self.beta)
+        check_positive("lam", self.lam)
+
+    def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
+        """The local-linear fit's intercept at every query."""
+        xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
+        w = torch.softmax(self.beta * (xq @ xc.mT), dim=-1)  # (B, M, N)
+        x_mean, y_mean = w @ xc, w @ yc
+        x_centred = xc.unsqueeze(1) - x_mean.unsqueeze(-2)  # (B, M, N, d)
+        y_centred = yc.unsqueeze(1) - y_mean.unsqueeze(-2)
+        weighted = x_centred * w.unsqueeze(-1)
+        eye = torch.eye(xc.shape[-1], dtype=xc.dtype, device=xc.device)
+        s_xx = weighted.mT @ x_centred + self.lam * eye
+        s_xy = weighted.mT @ y_centred
+        slope = torch.linalg.solve(s_xx, (xq - x_mean).unsqueeze(-1))
+        out = y_mean + (s_xy.mT @ slope).squeeze(-1)
+        return check_finite_result(out).reshape(shape)
+
+
 def causal_ridge(
     keys: torch.Tensor, values: torch.Tensor, queries: torch.Tensor, lam: float
 ) -> torch.Tensor:
