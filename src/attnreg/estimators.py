@@ -283,6 +283,9 @@ class KernelSmoother:
         return check_finite_result(out).reshape(shape)
 
 
+RECURRENT_BELOW = 64  # LMS runs the delta rule token by token up to this many tokens
+
+
 @dataclass
 class LMS:
     """Least mean squares (Widrow & Hoff 1960), the online estimator: one pass over the context
@@ -310,7 +313,8 @@ class LMS:
         keys = torch.cat([xc, torch.zeros_like(xq)], dim=1).unsqueeze(1)
         values = torch.cat([yc, yc.new_zeros(yc.shape[0], m, yc.shape[-1])], dim=1).unsqueeze(1)
         queries = torch.cat([torch.zeros_like(xc), xq], dim=1).unsqueeze(1)
-        out = delta_rule(queries, keys, values, self.beta)[:, 0, -m:]
+        mode = "recurrent" if keys.shape[2] <= RECURRENT_BELOW else "chunk"  # the faster one
+        out = delta_rule(queries, keys, values, self.beta, mode=mode)[:, 0, -m:]
         return check_finite_result(out).reshape(shape)
 
 
