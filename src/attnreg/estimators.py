@@ -36,6 +36,7 @@ from attnreg.core.validation import (
     per_step,
 )
 from attnreg.core.whitening import RankWarning, covariance_scale, default_rtol
+from attnreg.sequence import delta_rule
 
 
 @runtime_checkable
@@ -306,16 +307,19 @@ class LMS:
         """``W_N x*`` after one LMS pass over each task's context. The queries are read out as
         tokens with zero key and value written after the context (a zero key leaves the state
         unchanged)."""
-        from attnreg.sequence import delta_rule
-
         xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
-        m = xq.shape[1]
-        keys = torch.cat([xc, torch.zeros_like(xq)], dim=1).unsqueeze(1)
-        values = torch.cat([yc, yc.new_zeros(yc.shape[0], m, yc.shape[-1])], dim=1).unsqueeze(1)
-        queries = torch.cat([torch.zeros_like(xc), xq], dim=1).unsqueeze(1)
-        mode = "recurrent" if keys.shape[2] <= RECURRENT_BELOW else "chunk"  # the faster one
-        out = delta_rule(queries, keys, values, self.beta, mode=mode)[:, 0, -m:]
-        return check_finite_result(out).reshape(shape)
+        n, m = xc.shape[1], xq.shape[1]
+        mode = "recurrent" if xc.shape[1] + m <= RECURRENT_BELOW else "chunk"  # the faster one
+
+        def run(xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
+            keys = torch.cat([xc, torch.zeros_like(xq)], dim=1).unsqueeze(1)
+            zeros = yc.new_zeros(yc.shape[0], m, yc.shape[-1])
+            values = torch.cat([yc, zeros], dim=1).unsqueeze(1)
+            queries = torch.cat([torch.zeros_like(xc), xq], dim=1).unsqueeze(1)
+            return delta_rule(queries, keys, values, self.beta, mode=mode)[:, 0, n:]
+
+        out = check_finite_result(run(xc, yc, xq))
+        return check_underflow(out, run, xc, yc, xq).reshape(shape)
 
 
 @dataclass
