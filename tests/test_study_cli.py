@@ -15,8 +15,8 @@ runner = CliRunner()
 COMMON = ("--quick", "--full", "--config", "--set", "--seed", "--out", "--json", "--device")
 
 
-def test_the_registry_holds_the_four_studies():
-    assert list(STUDIES) == ["verify", "compare", "icl", "capacity"]
+def test_the_registry_holds_the_five_studies():
+    assert list(STUDIES) == ["verify", "compare", "icl", "capacity", "layers"]
 
 
 @pytest.mark.parametrize("study", list(STUDIES))
