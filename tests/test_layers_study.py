@@ -170,6 +170,13 @@ def test_a_tiny_profile_runs_end_to_end_and_its_summary_is_its_rows():
     for m in memories(cfg):
         caps = "/".join(str(capacity(mem, m, rho, cfg.recall_eps)) for rho in cfg.memory_rhos)
         assert f"N_max at ρ = 0/0.5/0.9: {caps}" in res.summary[f"memory · {m}"]
+    table = {(t["memory"], t["rho"]): t["n_max"] for t in res.tables["layers_capacity"]}
+    assert table == {
+        (m, rho): capacity(mem, m, rho, cfg.recall_eps)
+        for m in memories(cfg)
+        for rho in cfg.memory_rhos
+    }
+    assert len(res.tables["layers_explained"]) == len(layer_rows)
     mesa_check = next(c for c in res.checks if c["check"].startswith("Mesa"))
     assert mesa_check["value"] == max(
         r["max_error"] for r in mem if r["memory"] == "Mesa" and r["n"] <= 4

@@ -63,6 +63,8 @@ def _positions(cfg: LayersConfig, rows: list[dict[str, Any]]) -> FigureRecord:
             for ref, style in zip(refs, (":", "-.", (0, (1, 3))), strict=False):
                 ax.plot(*_curve(rows, kind, ref), color="k", ls=style, lw=1, label=ref)
             ax.set_yscale("log")
+            # OLS is exact from n = d on (≈ 1e-30): the axis stops two decades below the layer
+            ax.set_ylim(bottom=0.01 * min(_curve(rows, kind, layer)[1]))
             ax.set_title(f"{kind}: {layer}", fontsize=8)
             ax.tick_params(labelsize=7)
             ax.legend(fontsize=5)

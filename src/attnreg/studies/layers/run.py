@@ -63,8 +63,12 @@ def _position_rows(kind: str, model: str, role: str, losses: np.ndarray) -> list
 
 
 def _params(params: dict[str, Any]) -> str:
-    floats = {k: v for k, v in params.items() if isinstance(v, float)}
-    return ", ".join(f"{k} = {v:.3g}" for k, v in floats.items()) or "no parameter"
+    parts = [
+        f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} {len(v)}×{len(v[0])}"
+        for k, v in params.items()
+        if isinstance(v, float) or (isinstance(v, list) and v and isinstance(v[0], list))
+    ]
+    return ", ".join(parts) or "no parameter"
 
 
 def _explain(model: InContextLayer, held: Any) -> Explanation:
@@ -136,7 +140,48 @@ def _run(cfg: LayersConfig, progress: Progress) -> StudyResult:
         f"{time.perf_counter() - t_start:.1f} s wall, {time.process_time() - cpu_start:.1f} s "
         f"CPU ({cfg.threads} thread(s))"
     )
-    return StudyResult("layers", config_dict(cfg), rows, figures, summary, checks)
+    return StudyResult(
+        "layers", config_dict(cfg), rows, figures, summary, checks, tables=_tables(cfg, rows)
+    )
+
+
+def _tables(cfg: LayersConfig, rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Two small tables: what each trained layer computes, and each memory's capacity."""
+    explained = [
+        {
+            "tasks": r["tasks"],
+            "layer": r["layer"],
+            "family": r["best_family"],
+            "params": r["best_params"],
+            "r2": r["best_r2"],
+            "learned": r["learned"],
+            "loss_last": r["loss_last"],
+            "optimal": r["optimal"],
+            "optimal_loss_last": r["optimal_loss_last"],
+        }
+        for r in rows
+        if r["kind"] == "layer"
+    ]
+    mem = [r for r in rows if r["kind"] == "memory"]
+    capacities = [
+        {
+            "memory": m,
+            "rho": rho,
+            "d": cfg.memory_d,
+            "n_max": capacity(mem, m, rho, cfg.recall_eps),
+            "mean_error_at_d": next(
+                (
+                    r["mean_error"]
+                    for r in mem
+                    if r["memory"] == m and r["rho"] == rho and r["n"] == cfg.memory_d
+                ),
+                None,
+            ),
+        }
+        for m in memories(cfg)
+        for rho in cfg.memory_rhos
+    ]
+    return {"layers_explained": explained, "layers_capacity": capacities}
 
 
 def _summarise(
