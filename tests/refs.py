@@ -56,3 +56,35 @@ def newton_predict(x, y, q, alpha, steps, lam=0.0):
     for _ in range(steps):
         m = 2 * m - m @ s @ m
     return q @ m.T @ (x.T @ y)
+
+
+def gaussian_kernel(a, b, h):
+    """k(a_i, b_j) = exp(−‖a_i − b_j‖² / (2h²)), from the pairwise differences."""
+    return np.exp(-((a[:, None, :] - b[None, :, :]) ** 2).sum(-1) / (2 * h * h))
+
+
+def kernel_richardson_iterates(x, y, h, lam, omega, steps):
+    """α_0 = 0, α_{t+1} = α_t + ω (D + λI)⁻¹ (Y − (K + λI) α_t), D = diag(K 1): all iterates."""
+    k = gaussian_kernel(x, x, h)
+    p = 1.0 / (k.sum(1) + lam)
+    a = np.zeros_like(y)
+    out = [a]
+    for _ in range(steps):
+        a = a + omega * p[:, None] * (y - k @ a - lam * a)
+        out.append(a)
+    return out
+
+
+def kernel_richardson_predict(x, y, q, h, lam, omega, steps):
+    """Σ_i k(x*, x_i) α_K,i after ``steps`` Richardson steps."""
+    return gaussian_kernel(q, x, h) @ kernel_richardson_iterates(x, y, h, lam, omega, steps)[-1]
+
+
+def gaussian_attention_max_score(x, q, h, lam):
+    """The largest ``|β · score|`` of the Gaussian-kernel attention with a sink of weight λ:
+    query tokens (context, sink at 0, queries) against the keys (context:
+    ``(x_q·x_k − ‖x_k‖²/2)/h²``; sink: ``‖x_q‖²/(2h²) + ln λ``)."""
+    tokens = np.concatenate([x, np.zeros((1, x.shape[1])), q])
+    ctx = (tokens @ x.T - (x * x).sum(1)[None, :] / 2) / h**2
+    sink = (tokens * tokens).sum(1) / (2 * h**2) + np.log(lam)
+    return float(max(np.abs(ctx).max(), np.abs(sink).max()))

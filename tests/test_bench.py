@@ -1,6 +1,8 @@
 """``attnreg bench`` on tiny sizes: well-formed JSON and honest failure rows (no timing checks)."""
 
 import json
+import os
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -47,9 +49,20 @@ def test_cli_smoke_dense_targets_print_well_formed_json():
         )
     finally:
         torch.set_num_threads(threads)
-    rows = json.loads(result.stdout)
+    doc = json.loads(result.stdout)
+    assert set(doc) == {"run", "targets"}
+    run, rows = doc["run"], doc["targets"]
     # exit status 1 exactly when a target failed (in smoke sizes timings may fail; nothing else)
     assert result.exit_code == (0 if all(r["passed"] for r in rows) else 1), result.output
+    # the run names its date (UTC), machine and settings: a result file needs no notes beside it
+    started = datetime.fromisoformat(run["date"].replace("Z", "+00:00"))
+    assert started.utcoffset() == timedelta(0)
+    assert abs(datetime.now(UTC) - started) < timedelta(hours=1)
+    assert run["machine"]["cpu"] and run["machine"]["logical_cores"] == os.cpu_count()
+    assert run["machine"]["memory_gib"] > 0
+    assert run["threads"] == rows[0]["details"]["threads"] and run["smoke"] is True
+    assert run["only"] == ["P1", "P2", "P3", "P7"] and run["repeat"] == 1 and run["seconds"] > 0
+    assert run["torch"] == torch.__version__
     assert [r["id"] for r in rows] == ["P1", "P2", "P3", "P7"]
     for row in rows:
         _well_formed(row)

@@ -16,7 +16,8 @@ Per entry:
 
 * ``kind``: ``"lstsq"`` — scale-equivariant regression, ``ŷ(sX, sY, sX*) = s ŷ(X, Y, X*)``;
   ``"ridge"`` — ``ŷ(sX, sY, sX*; λ) = s ŷ(X, Y, X*; λ/s²)``, which is ``s`` times least squares
-  at ``s = 1e300`` and below the float range (0) at ``s = 1e-300``; ``"other"`` — a finite
+  at ``s = 1e300`` and below the float range at ``s = 1e-300``: a ``ValueError`` saying the
+  result underflowed (never zeros); ``"other"`` — a finite
   answer or a ``ValueError`` at extreme scale, never NaN/inf and never an answer that is zero or
   subnormal everywhere when the unscaled answer is not.
 * ``dtype``: ``"input"`` — float32 in, float32 out; ``"model"`` — computed and returned in the
@@ -47,12 +48,20 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from refs import gd_predict, gdpp_predict, lstsq_predict, newton_predict
+from refs import (
+    gaussian_attention_max_score,
+    gaussian_kernel,
+    gd_predict,
+    gdpp_predict,
+    kernel_richardson_predict,
+    lstsq_predict,
+    newton_predict,
+)
 from scipy.special import softmax
 from sklearn.linear_model import Ridge as SkRidge
 
 import attnreg
-from attnreg.constructions import NewtonStack, VonOswaldSummaryLayer
+from attnreg.constructions import KernelRichardsonStack, NewtonStack, VonOswaldSummaryLayer
 from attnreg.core.whitening import ConditioningWarning, RankWarning
 from attnreg.estimators import LMS, LocalLinear, ZeroPredictor
 from attnreg.memory import (
@@ -281,6 +290,32 @@ def newton_magnitude(p: Any, x: Arr, y: Arr, q: Arr) -> float:
     return chain / C * float(per_task(loop, x, y, q).max())
 
 
+KERNEL_H, KERNEL_LAM = 1.5, 0.5  # bandwidth and ridge of the kernel Richardson entry (ω = 1)
+
+
+def kernel_richardson_magnitude(p: Any, x: Arr, y: Arr, q: Arr) -> float:
+    """The Richardson loop on absolute values (``w ← w + P(|Y| + (K + λI) w)``, read out as
+    ``k(x*, ·)ᵀ w``), times the growth ``√(N κ(P))`` of a rounding error through the iteration,
+    the softmax's score factor ``2n + 4WS`` (width W, ``n = 3W + N + 1``, S the largest score)
+    and the ``STEPS + 2`` layers that round; over C (the tolerance is ``C·u·T``)."""
+
+    def one(a: Arr, b: Arr, c: Arr) -> float:
+        n, dy = b.shape
+        k = gaussian_kernel(a, a, KERNEL_H) + KERNEL_LAM * np.eye(n)
+        deg = k.sum(1)
+        w = np.zeros_like(b)
+        for _ in range(STEPS):
+            w = w + (np.abs(b) + k @ w) / deg[:, None]
+        width = D + 4 * dy + 5
+        score = gaussian_attention_max_score(a, c, KERNEL_H, KERNEL_LAM)
+        chain = 2 * (3 * width + n + 1) + 4 * width * score + 2 * width + 3 * dy + 2
+        growth = math.sqrt(n * deg.max() / deg.min())
+        readout = gaussian_kernel(c, a, KERNEL_H).sum(1).max() * np.abs(w).max()
+        return growth * chain * (STEPS + 2) * readout / C
+
+    return max(one(x[b], y[b], q[b]) for b in range(len(x)))
+
+
 def token_magnitude(p: Any, x: Arr, y: Arr, q: Arr) -> float:
     kq, pv = products(p)
     soft = isinstance(p, SoftmaxAttention)
@@ -486,6 +521,16 @@ REGISTRY = [
         "other",
         newton_magnitude,
         np_ref(lambda x, y, q: newton_predict(x, y, q, NEWTON_ALPHA, STEPS)),
+        fixed_d=True,
+    ),
+    Entry(
+        "KernelRichardsonStack",
+        lambda dy: KernelRichardsonStack(D, dy, STEPS, KERNEL_H, KERNEL_LAM),
+        "other",
+        kernel_richardson_magnitude,
+        np_ref(
+            lambda x, y, q: kernel_richardson_predict(x, y, q, KERNEL_H, KERNEL_LAM, 1.0, STEPS)
+        ),
         fixed_d=True,
     ),
     # trained models (tiny, float64, fixed seeds)
@@ -766,9 +811,16 @@ def integer_data() -> dict[str, tuple[Any, Any, Any]]:
     return {
         "int64 numpy": tuple(signed),
         "int32 torch": tuple(torch.from_numpy(a.astype(np.int32)) for a in signed),
-        "uint8 numpy": tuple(a.astype(np.uint8) for a in unsigned),
-        "uint64 numpy": tuple(a.astype(np.uint64) for a in unsigned),
-        "uint8 torch": tuple(torch.from_numpy(a.astype(np.uint8)) for a in unsigned),
+        **{
+            f"{kind} numpy": tuple(a.astype(kind) for a in unsigned)
+            for kind in ("uint8", "uint16", "uint32", "uint64")
+        },
+        **{  # torch has no min/max kernels for uint16/32/64: read like numpy's unsigned
+            f"{kind} torch": tuple(
+                torch.from_numpy(a.astype(np.int64)).to(getattr(torch, kind)) for a in unsigned
+            )
+            for kind in ("uint8", "uint16", "uint32", "uint64")
+        },
         "bool numpy": tuple(flags),
         "bool torch": tuple(torch.from_numpy(a) for a in flags),
     }
@@ -792,6 +844,8 @@ def test_inexact_integers_and_half_floats_are_refused(entry: Entry) -> None:
         p.predict(big, y, q)
     with pytest.raises(ValueError, match="2\\*\\*53"):
         p.predict(x, y, np.full((B, M, D), 2**60, dtype=np.uint64))
+    with pytest.raises(ValueError, match="x_query: integer values of magnitude >= 2\\*\\*53"):
+        p.predict(x, y, torch.full((B, M, D), 2**60, dtype=torch.uint64))
     with pytest.raises(ValueError, match="float16"):
         p.predict(x.astype(np.float16), y, q)
     with pytest.raises(ValueError, match="bfloat16"):
@@ -857,6 +911,9 @@ def test_extreme_scale(entry: Entry, scale: float) -> None:
             warnings.simplefilter("ignore", ConditioningWarning)
             got = p.predict(x * scale, y * scale, q * scale)
     except ValueError as exc:
+        if entry.kind == "ridge" and scale < 1:  # ŷ ≈ s³ X*XᵀY/λ ≈ 1e-900: below the range
+            assert "underflowed" in str(exc), str(exc)
+            return
         refusable = entry.kind == "other" or (entry.refuses_huge and scale > 1)
         assert refusable, f"{entry.name} must answer at scale {scale:g}: {exc}"
         assert str(exc)
@@ -867,12 +924,9 @@ def test_extreme_scale(entry: Entry, scale: float) -> None:
         assert_close(g, base * scale, scale * tolerance(entry, p, x, y, q), "equivariance")
     elif entry.kind == "ridge":
         # ŷ(sX, sY, sX*; λ) = s ŷ(X, Y, X*; λ/s²): least squares for s = 1e300 (λ/s² ≈ 1e-600
-        # relative); for s = 1e-300 the ridge limit s³ X*XᵀY/λ ≈ 1e-900, zero in float64
-        if scale > 1:
-            expected = scale * per_task(lstsq_predict, x, y, q)
-        else:
-            expected = per_task(lambda a, b, c: c @ (a.T @ b), x, y, q) * scale * scale
-            expected = expected * (scale / entry.lam)
+        # relative); for s = 1e-300 the answer is below the float range (the ValueError above)
+        assert scale > 1, f"{entry.name}: returned {g} where the answer is about 1e-900"
+        expected = scale * per_task(lstsq_predict, x, y, q)
         assert_close(g, expected, scale * C * U64 * lstsq_magnitude(p, x, y, q), "ridge")
     elif np.abs(base).max() >= TINY64:  # never silently zero (or subnormal) everywhere
         assert np.abs(g).max() >= TINY64, f"{entry.name}: silent underflow to {g}"

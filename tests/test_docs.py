@@ -12,7 +12,10 @@ with Debian's ``chromium`` and ``chromium-driver``; a missing browser is a failu
 
 from __future__ import annotations
 
+import base64
 import functools
+import html
+import io
 import os
 import re
 import subprocess
@@ -23,8 +26,12 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urljoin, urlparse
 
+import matplotlib
 import pytest
 from chromium import chromium
+from PIL import Image
+
+from attnreg.bench.render import load, render
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_TIMEOUT = 900  # seconds; the build (tutorials included) is meant to take ≤ 6 minutes
@@ -46,6 +53,16 @@ PAGES = {
     "design.html",
 }
 TUTORIALS = {page for page in PAGES if page.startswith("tutorials/")}
+
+# A figure that reached the page as its text repr instead of an image.
+FIGURE_AS_TEXT = re.compile(r"<Figure size [\d.]+x[\d.]+ with \d+ Axes>")
+# Tutorial code that shows a figure, and code that makes one (a line of code, not a comment).
+SHOWS = re.compile(r"^[^#\n]*\b(?:plt\.show\(\)|display\([^)\n]*fig)", re.MULTILINE)
+MAKES = re.compile(r"^[^#\n]*\bplt\.(?:subplots|subplot_mosaic|figure)\(", re.MULTILINE)
+OUTPUT_IMAGE = re.compile(r"<img\b[^>]*\bsrc=\"data:image/", re.IGNORECASE)
+
+WINDOW = (1366, 900)  # the window the layout checks measure at (CSS pixels)
+MIN_LABEL_PX = 9.0  # smallest readable label, in CSS pixels as rendered
 
 
 @pytest.fixture(scope="session")
@@ -134,6 +151,42 @@ return Array.from(document.querySelectorAll(".jp-OutputArea-output")).map(el => 
 """
 
 
+# At the window size set: every figure image of the notebook outputs (rendered width, natural
+# width, its data: URI), and every code block or formula wider than its box whose overflow does
+# not scroll (its content is cut off at the right edge).
+LAYOUT = """
+const done = arguments[arguments.length - 1];
+const images = Array.from(document.querySelectorAll(".jp-OutputArea-output img"));
+images.forEach(img => { img.loading = "eager"; });
+Promise.all(images.map(img => img.decode().catch(() => null))).then(() => {
+  const clipped = [];
+  for (const el of document.querySelectorAll("pre, pre > code, .arithmatex, .highlight")) {
+    const overflow = getComputedStyle(el).overflowX;
+    if (el.scrollWidth > el.clientWidth + 1 && overflow !== "auto" && overflow !== "scroll") {
+      clipped.push([el.tagName, el.className, el.scrollWidth, el.clientWidth, overflow,
+                    el.innerText.slice(0, 60)]);
+    }
+  }
+  done({
+    width: window.innerWidth,
+    images: images.map(img => [img.getBoundingClientRect().width, img.naturalWidth, img.src]),
+    clipped: clipped,
+  });
+});
+"""
+
+
+def _label_px(rendered: float, natural: int, src: str) -> float:
+    """The height in CSS pixels at which a figure's labels appear: matplotlib's label size
+    (``font.size`` points, at the figure's dpi read from the PNG) × rendered / natural width."""
+    header, _, data = src.partition(",")
+    assert header.startswith("data:image/png;base64"), f"not an inline PNG: {header[:40]}"
+    dpi = Image.open(io.BytesIO(base64.b64decode(data))).info.get("dpi")
+    assert dpi, "a figure PNG without its dpi (pHYs)"
+    font_px = float(matplotlib.rcParams["font.size"]) / 72 * float(dpi[0])
+    return font_px * rendered / natural
+
+
 def _page_of(url: str, base: str) -> str | None:
     """The site-relative page a link points at (fragment dropped), or None if off-site."""
     if not url.startswith(base):
@@ -191,6 +244,89 @@ def test_every_page_in_headless_chromium(server: str, browser) -> None:  # type:
     assert seen >= PAGES, f"pages not reachable from the navigation: {sorted(PAGES - seen)}"
     extra = seen - PAGES
     assert not extra, f"navigation reaches pages this test does not know: {sorted(extra)}"
+
+
+def test_figures_legible_and_code_never_clipped(server: str, browser) -> None:  # type: ignore[no-untyped-def]
+    """At a 1366-px-wide window: every figure of a tutorial is drawn at a width where its
+    labels are at least 9 px high, and no code block or formula on any page is cut off at the
+    right edge (wider than its box only when the box scrolls)."""
+    driver = browser
+    driver.set_script_timeout(60)
+    width, height = WINDOW
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+    )
+    problems: list[str] = []
+    try:
+        for page in sorted(PAGES):
+            _open(driver, urljoin(server, page))
+            layout = driver.execute_async_script(LAYOUT)
+            assert layout["width"] == width, layout["width"]
+            for i, (rendered, natural, src) in enumerate(layout["images"]):
+                label = _label_px(rendered, natural, src)
+                if label < MIN_LABEL_PX:
+                    problems.append(
+                        f"{page}: figure {i + 1} drawn {rendered:.0f} of {natural} px wide: "
+                        f"labels {label:.1f} px < {MIN_LABEL_PX} px"
+                    )
+            problems += [f"{page}: clipped {item}" for item in layout["clipped"]]
+            if page in TUTORIALS and not layout["images"]:
+                problems.append(f"{page}: no figure found")
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    assert not problems, "\n".join(problems)
+
+
+def test_tutorial_figures_are_drawn(site: Path) -> None:
+    """No tutorial prints a figure as text (``<Figure size … with … Axes>``: the notebook's
+    inline backend was switched off), and each shows at least as many images as its code
+    shows figures (``plt.show()``, ``display(fig)``) or makes them (``plt.subplots`` …)."""
+    problems = []
+    for page in sorted(TUTORIALS):
+        built = (site / page).read_text(encoding="utf-8")
+        source = (ROOT / "docs" / page).with_suffix(".py").read_text(encoding="utf-8")
+        as_text = FIGURE_AS_TEXT.findall(html.unescape(built))
+        if as_text:
+            problems.append(f"{page}: figures printed as text {as_text[:3]}")
+        images = len(OUTPUT_IMAGE.findall(built))
+        wanted = max(len(SHOWS.findall(source)), len(MAKES.findall(source)))
+        if wanted == 0 or images < wanted:
+            problems.append(f"{page}: {images} images for {wanted} figures in its code")
+    assert not problems, "\n".join(problems)
+
+
+def _markdown_cells(line: str) -> list[str]:
+    """The cells of a Markdown table row as displayed (``\\|`` is ``|``, ``**`` is bold)."""
+    cells = re.split(r"(?<!\\)\|", line)[1:-1]
+    return [cell.strip().replace("\\|", "|").replace("**", "") for cell in cells]
+
+
+def _html_rows(fragment: str) -> list[list[str]]:
+    """The ``<td>`` texts of each table row of an HTML fragment, whitespace collapsed."""
+    rows = []
+    for row in re.findall(r"<tr>(.*?)</tr>", fragment, re.DOTALL):
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.DOTALL)
+        if cells:
+            rows.append([" ".join(html.unescape(re.sub(r"<[^>]+>", "", c)).split()) for c in cells])
+    return rows
+
+
+def test_benchmarks_page_shows_the_committed_results(site: Path) -> None:
+    """The results table of benchmarks.html is the rendering of benchmarks/results.json, cell
+    by cell, with the run's date."""
+    doc = load(ROOT / "benchmarks" / "results.json")
+    expected = [
+        _markdown_cells(line)
+        for line in render(doc).splitlines()
+        if line.startswith("| ") and not line.startswith("| id |")
+    ]
+    page = (site / "benchmarks.html").read_text(encoding="utf-8")
+    start = page.index('id="latest-results"')
+    end = page.find("<h2", start)
+    section = page[start : end if end > 0 else len(page)]
+    assert _html_rows(section) == expected
+    assert doc["run"]["date"][:10] in section
 
 
 def test_built_pages_reference_no_remote_script_style_or_font(site: Path) -> None:

@@ -1,11 +1,14 @@
 """Whitening against numpy's eigendecomposition and pseudo-inverse."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attnreg.constructions import OLSAttention
 from attnreg.core.whitening import ConditioningWarning, RankWarning, whitening_matrix
 
 
@@ -84,3 +87,32 @@ def test_ill_conditioned_design_warns_with_condition_number():
     x = (u * np.array([1, 1e-2, 1e-4, 1e-6])) @ v.T  # κ(XᵀX) = 1e12
     with pytest.warns(ConditioningWarning, match=r"1\.0e\+12"):
         whitening_matrix(torch.from_numpy(x))
+
+
+@pytest.mark.parametrize("method", ["svd", "eigh", "cholesky"])
+def test_every_method_warns_past_the_same_condition_threshold(method):
+    # κ(XᵀX) from 1e4 to 1e13 on a 40 × 5 design: each method warns when κ > 1/√u (tested
+    # outside a factor-4 band: the Cholesky path estimates κ by power iteration, from below,
+    # within a factor 0.42), and when it does not warn its answer holds the normal equations'
+    # bound C·u·κ against numpy's SVD-based least squares
+    rng = np.random.default_rng(12)
+    u_mat, _ = np.linalg.qr(rng.normal(size=(40, 5)))
+    v_mat, _ = np.linalg.qr(rng.normal(size=(5, 5)))
+    unit = 2.0**-53
+    threshold = unit**-0.5
+    for kappa in (1e4, 1e6, 0.25 * threshold, threshold, 4.5 * threshold, 1e9, 1e12, 1e13):
+        x = (u_mat * np.sqrt(np.logspace(0, -np.log10(kappa), 5))) @ v_mat.T
+        y = x @ rng.normal(size=(5, 1)) + 1e-3 * rng.normal(size=(40, 1))
+        q = rng.normal(size=(7, 5))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = OLSAttention(method=method).predict(x, y, q).numpy()
+        warned = any(issubclass(w.category, ConditioningWarning) for w in caught)
+        true_kappa = np.linalg.cond(x.T @ x)
+        if true_kappa > 4 * threshold:
+            assert warned, (method, true_kappa)
+        elif true_kappa < 0.3 * threshold:
+            assert not warned, (method, true_kappa)
+        expected = q @ np.linalg.lstsq(x, y, rcond=None)[0]
+        rel = np.abs(got - expected).max() / np.abs(expected).max()
+        assert rel <= 64 * unit * true_kappa, (method, true_kappa, rel)

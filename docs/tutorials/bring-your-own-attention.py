@@ -453,7 +453,9 @@ print(
 )
 
 extent = (float(t_k[0]), float(t_k[-1]), float(t_q[-1]), float(t_q[0]))
-fig, axes = plt.subplots(1, 3, figsize=(16, 4.3))
+# the two matrices side by side, the predictions below them at full width
+fig, mosaic = plt.subplot_mosaic([["weights", "hat"], ["fit", "fit"]], figsize=(12, 8.6))
+axes = [mosaic["weights"], mosaic["hat"], mosaic["fit"]]
 im = axes[0].imshow(weights.numpy(), cmap="viridis", aspect="auto", extent=extent)
 axes[0].set_title("softmax head: attn.hook_weights")
 fig.colorbar(im, ax=axes[0], shrink=0.85)

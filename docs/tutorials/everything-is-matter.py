@@ -223,7 +223,10 @@ panels = {
     "W Wᵀ / ‖W Wᵀ‖": metric / metric.norm(),
     "S⁻¹ / ‖S⁻¹‖": s_inv / s_inv.norm(),
 }
-fig, axes = plt.subplots(1, 5, figsize=(19, 3.8))
+# two rows, so that the labels stay readable at the page's width
+fig, grid = plt.subplots(2, 3, figsize=(12.5, 7.6))
+axes = grid.flat[:5]
+grid[1, 2].set_visible(False)
 for ax, (title, mat) in zip(axes, panels.items(), strict=True):
     mat = mat.numpy()
     lim = np.abs(mat).max()
@@ -356,7 +359,7 @@ for label, run_section in SECTIONS:
         print(f"{question}\n  {answer}\n")
     for record in part.figures:
         display(record.figure)
-        plt.close(record.figure)
+        record.close()
 
 # %% [markdown]
 # The claims, asserted on these rows:

@@ -268,7 +268,9 @@ assert abs(eta_learned - eta_star) <= 0.15 * eta_star, (eta_learned, eta_star)
 
 # %%
 kq_n, pv_n = model.normalised_products(0)
-fig, axes = plt.subplots(1, 3, figsize=(14, 4), gridspec_kw={"width_ratios": [1.6, 1, 1]})
+# the training curve at full width, the two learned matrices below it
+fig, mosaic = plt.subplot_mosaic([["loss", "loss"], ["kq", "pv"]], figsize=(11, 8.5))
+axes = [mosaic["loss"], mosaic["kq"], mosaic["pv"]]
 ax = axes[0]
 steps_axis = np.arange(1, result.steps_run + 1)
 ax.plot(steps_axis, result.losses, color="0.7", lw=0.8, label="training batch")

@@ -21,7 +21,7 @@ import torch
 
 from attnreg.core.attention import Attention
 from attnreg.core.retrieval import whitened_metric
-from attnreg.core.scaling import rescale_tasks
+from attnreg.core.scaling import power_of_two_scale, rescale_tasks
 from attnreg.core.scores import SIMILARITIES
 from attnreg.core.validation import (
     ArrayLike,
@@ -71,7 +71,7 @@ class OLS:
 
     def __post_init__(self) -> None:
         if self.rtol is not None:
-            check_nonnegative("rtol", self.rtol)
+            self.rtol = check_nonnegative("rtol", self.rtol)
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """OLS predictions for the queries, fitted on each task's context."""
@@ -97,30 +97,50 @@ class Ridge:
 
     ``covariance="mean"`` uses ``XᵀX/N + λI`` (λ per sample; equals gram ridge with ``Nλ``).
     Hoerl & Kennard (1970); scikit-learn ``Ridge(alpha=λ, fit_intercept=False)``.
+
+    Scale: ridge is not scale-equivariant with a fixed λ (``ŷ(aX, bY, aX*; λ) = b ŷ(X, Y, X*;
+    λ/a²)``). ``predict`` returns the answer of the given problem at any magnitude (1e±300
+    included), computed by exact power-of-two rescaling; where that answer is outside the float
+    range it raises a ``ValueError`` (never zeros or NaN). To keep the answer at the data's
+    scale, scale λ with the square of the inputs' scale.
     """
 
     lam: float = 1e-3
     covariance: str = "gram"
 
     def __post_init__(self) -> None:
-        check_positive("lam", self.lam)
+        self.lam = check_positive("lam", self.lam)
         check_choice("covariance", self.covariance, ("gram", "mean"))
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
-        """Ridge predictions for the queries. Each task is rescaled by powers of two when its
-        magnitude would over- or underflow ``XᵀX`` (ridge on ``X/s`` is ridge with ``λ/s²``)."""
+        """Ridge predictions for the queries: the ridge solution of the given problem (the
+        given λ, whatever the data's scale). Each task is rescaled by powers of two when its
+        magnitude would over- or underflow ``XᵀX`` (ridge on ``X/s`` is ridge with ``λ/s²``,
+        :mod:`attnreg.core.scaling`); an answer outside the float range (e.g. ``x* XᵀY / λ``
+        for a design of magnitude 1e-300) is a ``ValueError``, never zeros."""
         xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
         n, d = xc.shape[1], xc.shape[2]
         xc, yc, rescaling = rescale_tasks(xc, yc, self.lam * covariance_scale(n, self.covariance))
-        xq = rescaling.queries(xq)
         lam_t = torch.as_tensor(rescaling.ridge, dtype=xc.dtype).reshape(-1, 1, 1)
+        # a rescaled λ/s² below eps·max diag(XᵀX) no longer changes XᵀX + λI in floating point
+        # (X at 1e300: λ/s² ≈ 1e-600): the ridge answer is then the minimum-norm least-squares
+        # one to that precision, and a solve would fail on a rank-deficient design
+        vanished = (rescaling.x != 1) & (
+            lam_t < torch.finfo(xc.dtype).eps * xc.square().sum(-2).amax(-1).view(-1, 1, 1)
+        )
+        lam_t = torch.where(vanished, torch.ones_like(lam_t), lam_t)  # those tasks: lstsq
         if n < d:
             gram = xc @ xc.mT + lam_t * torch.eye(n, dtype=xc.dtype, device=xc.device)
-            out = xq @ (xc.mT @ torch.linalg.solve(gram, yc))
+            coef = xc.mT @ torch.linalg.solve(gram, yc)
         else:
             s = xc.mT @ xc + lam_t * torch.eye(d, dtype=xc.dtype, device=xc.device)
-            out = xq @ torch.linalg.solve(s, xc.mT @ yc)
-        return check_finite_result(rescaling.outputs(out)).reshape(shape)
+            coef = torch.linalg.solve(s, xc.mT @ yc)
+        if bool(vanished.any()):
+            rcond = default_rtol(n, d, xc.dtype)
+            least = torch.linalg.lstsq(xc, yc, rcond=rcond, driver="gelsd").solution
+            coef = torch.where(vanished, least, coef)
+        out = rescaling.answer(xq, lambda q: q @ coef)
+        return check_finite_result(out).reshape(shape)
 
 
 def gd_weights(
@@ -163,7 +183,7 @@ class GD:
     w0: ArrayLike | None = None
 
     def __post_init__(self) -> None:
-        check_positive_int("steps", self.steps)
+        self.steps = check_positive_int("steps", self.steps)
         for e in per_step("eta", self.eta, self.steps):
             check_positive("eta", e)
 
@@ -191,7 +211,7 @@ class PreconditionedGD:
     w0: ArrayLike | None = None
 
     def __post_init__(self) -> None:
-        check_positive_int("steps", self.steps)
+        self.steps = check_positive_int("steps", self.steps)
         for e in per_step("eta", self.eta, self.steps):
             check_positive("eta", e)
 
@@ -233,7 +253,7 @@ class GDPlusPlus:
     w0: ArrayLike | None = None
 
     def __post_init__(self) -> None:
-        check_positive_int("steps", self.steps)
+        self.steps = check_positive_int("steps", self.steps)
         for e in per_step("eta", self.eta, self.steps):
             check_positive("eta", e)
         for g in per_step("gamma", self.gamma, self.steps):
@@ -266,7 +286,10 @@ class KernelSmoother:
     """Nadaraya–Watson kernel smoother = softmax attention with values Y:
     ``ŷ* = softmax(β · sim(x*, X)) Y`` (Nadaraya 1964, Watson 1964; the one form with
     ``sep`` = softmax), through the attention core (fused kernel for bilinear similarities: no
-    ``M × N`` matrix, whatever the width of ``Y``). ``whitened_dot`` uses ``(XᵀX)⁺``.
+    ``M × N`` matrix, whatever the width of ``Y``). ``whitened_dot`` uses ``(XᵀX)⁺``; its scores
+    do not depend on the scale of ``X`` (shared by the queries), so they are computed on ``X``
+    and the queries divided by a power of two at extreme magnitudes. The ``dot`` scores
+    ``β x*ᵀx`` do: past the float range ``predict`` raises a ``ValueError``.
     """
 
     beta: float = 1.0
@@ -274,12 +297,19 @@ class KernelSmoother:
 
     def __post_init__(self) -> None:
         check_choice("similarity", self.similarity, SIMILARITIES)
-        check_positive("beta", self.beta)
+        self.beta = check_positive("beta", self.beta)
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """Softmax-weighted average of the context targets."""
         xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
-        metric = whitened_metric(xc) if self.similarity == "whitened_dot" else None
+        metric = None
+        if self.similarity == "whitened_dot":
+            # q (XᵀX)⁺ xᵀ does not change when X and the queries share a power of two: divide
+            # them by it where XᵀX would over- or underflow (exact)
+            scale = power_of_two_scale(xc)
+            if bool((scale != 1).any()):
+                xc, xq = xc / scale, xq / scale
+            metric = whitened_metric(xc)
         out = Attention(self.similarity, "softmax", self.beta)(xq, xc, yc, metric=metric)
         return check_finite_result(out).reshape(shape)
 
@@ -374,14 +404,15 @@ def causal_ridge(
 @dataclass
 class Mesa:
     """The mesa layer's estimator (von Oswald et al. 2023, arXiv 2309.05858): causal ridge
-    regression. ``predict`` fits ``W_N`` on the whole context (= ridge with λ);
-    :meth:`causal` returns ``W_t q_t`` at every prefix t.
+    regression. ``predict`` fits ``W_N`` on the whole context (= ridge with λ, with
+    :class:`Ridge`'s contract at extreme magnitudes); :meth:`causal` returns ``W_t q_t`` at
+    every prefix t.
     """
 
     lam: float = 1.0
 
     def __post_init__(self) -> None:
-        check_positive("lam", self.lam)
+        self.lam = check_positive("lam", self.lam)
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """Queries predicted with the ridge solution on the full context."""

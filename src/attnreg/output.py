@@ -7,13 +7,10 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-from matplotlib.figure import Figure
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def _clean(value: Any) -> Any:
@@ -44,12 +41,30 @@ def write_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     return path
 
 
+def new_figure(
+    nrows: int = 1,
+    ncols: int = 1,
+    *,
+    figsize: tuple[float, float],
+    layout: Literal["constrained", "compressed", "tight"] | None = None,
+    **subplots: Any,
+) -> tuple[Figure, Any]:
+    """A figure and its axes, as ``matplotlib.pyplot.subplots`` gives them (``subplots`` goes
+    to :meth:`Figure.subplots`: ``squeeze``, ``sharey``, ``gridspec_kw``, …), but a plain
+    :class:`~matplotlib.figure.Figure` that pyplot does not track: making and saving it needs
+    no backend and changes none (a notebook keeps its inline backend), and it is freed when
+    no longer referenced."""
+    from matplotlib.figure import Figure  # matplotlib: only when a figure is made
+
+    fig = Figure(figsize=figsize, layout=layout)
+    return fig, fig.subplots(nrows, ncols, **subplots)
+
+
 def save_figure(fig: Figure, out_dir: str | Path, stem: str) -> list[Path]:
-    """Save ``fig`` as ``out_dir/stem.png`` (150 dpi) and ``out_dir/stem.svg``; close it."""
+    """Save ``fig`` as ``out_dir/stem.png`` (150 dpi) and ``out_dir/stem.svg``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.png", out / f"{stem}.svg"]
     fig.savefig(paths[0], dpi=150, bbox_inches="tight")
     fig.savefig(paths[1], bbox_inches="tight")
-    plt.close(fig)
     return paths

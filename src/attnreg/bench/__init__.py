@@ -16,11 +16,12 @@ target and the pass/fail checks are derived; the measuring is shared
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 
 import torch
 
 from attnreg.bench import p1_ols, p2_retrieval, p3_linear_attention, p7_kernel_smoother
-from attnreg.bench.common import BenchResult, matmul_rate, set_threads
+from attnreg.bench.common import BenchResult, machine, matmul_rate, set_threads
 from attnreg.bench.sizes import SMOKE, Sizes
 from attnreg.bench.studies import guarded, p4_p6
 
@@ -67,15 +68,18 @@ def run_benchmarks(
     progress: Callable[[str], None] | None = None,
 ) -> tuple[list[BenchResult], dict[str, object]]:
     """Run the targets ``ids`` (default all); return their results and the run's context
-    (threads, matmul rate, torch version). ``smoke`` uses tiny sizes (for tests: the numbers
-    mean nothing)."""
+    (start ``date`` in UTC, ``machine``, threads, matmul rate, torch version). ``smoke`` uses
+    tiny sizes (for tests: the numbers mean nothing)."""
     wanted = set(parse_ids(ids))
+    date = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     tick = progress or (lambda label: None)
     n_threads = set_threads(threads)
     sizes = SMOKE if smoke else Sizes()
     tick(f"fp32 matmul rate ({sizes.matmul}²)")
     rate = matmul_rate(max(3, repeat), sizes.matmul)
     context: dict[str, object] = {
+        "date": date,
+        "machine": machine(),
         "threads": n_threads,
         "matmul_gflops": rate["flops_per_s"] / 1e9,
         "matmul_size": sizes.matmul,

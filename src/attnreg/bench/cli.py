@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from attnreg.bench import TARGETS, parse_ids, run_benchmarks
-from attnreg.output import rows_to_json
+from attnreg.bench.render import bench_json
 
 
 def bench_command(
@@ -22,8 +22,10 @@ def bench_command(
     json_out: bool = typer.Option(
         False,
         "--json",
-        help="Print a JSON list of objects with the keys id, workload, value, unit, target, "
-        "passed, reference, details (stdout; progress goes to stderr).",
+        help="Print one JSON object (stdout; progress goes to stderr): 'run' (date in UTC, "
+        "machine, threads, matmul rate, torch version, targets run, seconds) and 'targets', a "
+        "list of objects with the keys id, workload, value, unit, target, passed, reference, "
+        "details. Render it into tables with python -m attnreg.bench.render.",
     ),
     repeat: int = typer.Option(
         5,
@@ -75,7 +77,8 @@ def bench_command(
     )
     rows = [r.row() for r in results]
     if json_out:
-        typer.echo(rows_to_json(rows))
+        run = {**context, "only": ids, "seconds": time.perf_counter() - start}
+        typer.echo(bench_json(run, rows))
     else:
         table = Table(
             title=f"attnreg bench — {context['threads']} threads, fp32 matmul "

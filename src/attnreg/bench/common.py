@@ -14,6 +14,7 @@ import json
 import math
 import multiprocessing
 import os
+import platform
 import resource
 import statistics
 import subprocess
@@ -61,6 +62,28 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def machine() -> dict[str, Any]:
+    """The machine a run measured: CPU model (``/proc/cpuinfo``; ``platform.processor()``
+    elsewhere), logical cores, the cores this process may use, total memory, OS and Python."""
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            cpu = next(
+                (line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")),
+                cpu,
+            )
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return {
+        "cpu": cpu or "unknown",
+        "logical_cores": os.cpu_count(),
+        "usable_cores": default_threads(),
+        "memory_gib": round(psutil.virtual_memory().total / GIB, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
 
 
 def set_threads(threads: int | None) -> int:

@@ -80,9 +80,9 @@ class VonOswaldSummaryLayer(Hooked):
         dtype: torch.dtype = torch.float64,
     ) -> None:
         super().__init__()
-        self.d = check_positive_int("d", d)
-        self.dy = check_positive_int("dy", dy)
-        self.steps = check_positive_int("steps", steps)
+        self.d = d = check_positive_int("d", d)
+        self.dy = dy = check_positive_int("dy", dy)
+        self.steps = steps = check_positive_int("steps", steps)
         self.etas = tuple(check_positive("eta", e) for e in per_step("eta", eta, steps))
         if w0 is None:
             w = torch.zeros(dy, d, dtype=dtype)

@@ -66,8 +66,8 @@ class LSAStack(TrainableLSA):
     ) -> LSAStack:
         """K = ``steps`` layers = K GD steps from ``W0`` (von Oswald et al. 2023, Prop. 1);
         ``eta`` one learning rate, or one per step."""
-        check_positive_int("d", d)
-        check_positive_int("dy", dy)
+        d = check_positive_int("d", d)
+        dy = check_positive_int("dy", dy)
         w = _w0(w0, d, dy, dtype)
         products = [gd_products(d, dy, e, dtype, w0=w) for e in _etas(eta, steps)]
         return cls.from_steps(products, dy, w)
@@ -85,8 +85,8 @@ class LSAStack(TrainableLSA):
     ) -> LSAStack:
         """K GD++ layers (von Oswald et al. 2023, §4) for contexts of ``n_ctx`` tokens; one
         ``(η, γ)`` each, or shared. γ multiplies the context sum ``Σ_i x_i x_iᵀ``."""
-        check_positive_int("d", d)
-        check_positive_int("dy", dy)
+        d = check_positive_int("d", d)
+        dy = check_positive_int("dy", dy)
         n = check_positive_int("n_ctx", n_ctx)
         gammas = [check_nonnegative("gamma", g) for g in per_step("gamma", gamma, steps)]
         products = [
@@ -110,7 +110,7 @@ class LSAStack(TrainableLSA):
         d = g.shape[0]
         if g.shape != (d, d):
             raise ValueError(f"preconditioner: expected a square matrix, got {tuple(g.shape)}")
-        check_positive_int("dy", dy)
+        dy = check_positive_int("dy", dy)
         w = _w0(w0, d, dy, dtype)
         products = [gd_products(d, dy, e, dtype, w0=w, preconditioner=g) for e in _etas(eta, steps)]
         return cls.from_steps(products, dy, w)

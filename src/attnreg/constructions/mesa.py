@@ -78,28 +78,36 @@ class MesaLayer(Hooked):
         (``W_{n_ctx}`` past the context), updated by the recursion token by token. Each task is
         rescaled by powers of two as in :meth:`predict` (``W_t q_t`` is scale-equivariant)."""
         keys, values, rescaling = rescale_tasks(keys, values, self.lam)
-        queries = rescaling.queries(queries)
         lam = torch.as_tensor(rescaling.ridge, dtype=keys.dtype).reshape(-1, 1, 1)
         b, t_len, d = keys.shape
         n = t_len if n_ctx is None else n_ctx
         if _recursion_unstable(keys, lam):
-            return rescaling.outputs(_prefix_solutions(keys, values, queries, lam, n))
-        inv = torch.eye(d, dtype=keys.dtype, device=keys.device).expand(b, d, d) / lam
-        w = torch.zeros(b, values.shape[-1], d, dtype=keys.dtype, device=keys.device)
-        outputs = []
-        for t in range(queries.shape[1]):
-            if t < n:
-                k, v = keys[:, t].unsqueeze(-1), values[:, t].unsqueeze(-1)
-                rk = inv @ k
-                inv = inv - (rk @ rk.mT) / (1.0 + k.mT @ rk)
-                w = w + (v - w @ k) @ (k.mT @ inv)
-            outputs.append((w @ queries[:, t].unsqueeze(-1)).squeeze(-1))
-        return rescaling.outputs(torch.stack(outputs, dim=1))
+            out = rescaling.answer(
+                queries, lambda q: _prefix_solutions(keys, values, q, lam, n), "forward"
+            )
+            return check_finite_result(out, "forward")
+
+        def run(queries: torch.Tensor) -> torch.Tensor:
+            inv = torch.eye(d, dtype=keys.dtype, device=keys.device).expand(b, d, d) / lam
+            w = torch.zeros(b, values.shape[-1], d, dtype=keys.dtype, device=keys.device)
+            outputs = []
+            for t in range(queries.shape[1]):
+                if t < n:
+                    k, v = keys[:, t].unsqueeze(-1), values[:, t].unsqueeze(-1)
+                    rk = inv @ k
+                    inv = inv - (rk @ rk.mT) / (1.0 + k.mT @ rk)
+                    w = w + (v - w @ k) @ (k.mT @ inv)
+                outputs.append((w @ queries[:, t].unsqueeze(-1)).squeeze(-1))
+            return torch.stack(outputs, dim=1)
+
+        return check_finite_result(rescaling.answer(queries, run, "forward"), "forward")
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """``W_N x*`` for every query: ``R_N`` by the recursion over the context, then the core's
         linear attention ``x* R_N Xᵀ Y``. Each task is rescaled by powers of two when its
-        magnitude would over- or underflow (ridge on ``X/s`` is ridge with ``λ/s²``)."""
+        magnitude would over- or underflow (ridge on ``X/s`` is ridge with ``λ/s²``): the
+        answer is the given problem's at any magnitude, or a ``ValueError`` where it lies
+        outside the float range (:class:`attnreg.estimators.Ridge`'s contract)."""
         xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
         xc, yc, rescaling = rescale_tasks(xc, yc, self.lam)
         lam = torch.as_tensor(rescaling.ridge, dtype=xc.dtype).reshape(-1, 1, 1)
@@ -108,5 +116,5 @@ class MesaLayer(Hooked):
             metric = torch.linalg.pinv(xc.mT @ xc + lam * eye, hermitian=True)
         else:
             metric = rls_inverse(xc, rescaling.ridge)
-        out = rescaling.outputs(self.attn(rescaling.queries(xq), xc, yc, metric=metric))
+        out = rescaling.answer(xq, lambda q: self.attn(q, xc, yc, metric=metric))
         return check_finite_result(out).reshape(shape)

@@ -121,7 +121,7 @@ class _RegressionLayer(Hooked, ABC):
         return x, y
 
     def _attend(self, xq: torch.Tensor) -> torch.Tensor:
-        return self.rescaling.outputs(self._forward(self.rescaling.queries(xq)))
+        return self.rescaling.answer(xq, self._forward)
 
     @abstractmethod
     def _set_weights(self, white: Whitening, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -246,16 +246,20 @@ class OLSTransformer(_RegressionLayer):
             return super()._fit_attend(x, y, xq)
         x, y = self._whiten(x, y)
         white = self._white()
-        xq = self.rescaling.queries(xq)
         proj = x.new_empty(x.shape[0], x.shape[-1], y.shape[-1])
-        out = x.new_empty(x.shape[0], xq.shape[-2], y.shape[-1])
-        per_task = max(t[0].numel() * t.element_size() for t in (x, xq))
-        for block in task_blocks(x.shape[0], per_task):
-            keys, proj[block] = self._keys_projection(white, x, y, block)
-            q = project(xq[block], white.matrix[block])
-            out[block] = self.attn(q, keys, keys, w_o=proj[block], beta=1.0 / white.scale)
+
+        def run(xq: torch.Tensor) -> torch.Tensor:
+            out = x.new_empty(x.shape[0], xq.shape[-2], y.shape[-1])
+            per_task = max(t[0].numel() * t.element_size() for t in (x, xq))
+            for block in task_blocks(x.shape[0], per_task):
+                keys, proj[block] = self._keys_projection(white, x, y, block)
+                q = project(xq[block], white.matrix[block])
+                out[block] = self.attn(q, keys, keys, w_o=proj[block], beta=1.0 / white.scale)
+            return out
+
+        out = self.rescaling.answer(xq, run)
         self._store(white.matrix, None, proj)
-        return self.rescaling.outputs(out)
+        return out
 
     def _ridge_projection(
         self, white: Whitening, keys: torch.Tensor, rhs: torch.Tensor, block: slice
@@ -297,7 +301,9 @@ class OLSTransformer(_RegressionLayer):
         if self.ffn is not None and self.ffn.weight is not None:
             attended = attended @ self.ffn.weight
         beta = attended @ self.w_p / self.scale
-        return self.rescaling.outputs(self.rescaling.queries(beta.mT).mT)
+        eye = torch.eye(beta.shape[-2], dtype=beta.dtype, device=beta.device)
+        # β̂ in the caller's units is the answer to the queries e_1 … e_d
+        return self.rescaling.answer(eye.expand(beta.shape[0], -1, -1), lambda q: q @ beta)
 
 
 class OLSAttention(_RegressionLayer):

@@ -7,11 +7,17 @@ largest magnitude) before they build their weights, and multiply the answer back
 power of two is exact in binary floating point (IEEE 754) unless a value leaves the normal range,
 so data of ordinary magnitude (within ``2^±(maxexp/4)``: about 1e±77 in float64, 4e±9 in
 float32) is left as it is and the numbers do not change.
+
+The contract: the answer is that of the **given** problem (ridge with the given λ, not with λ
+scaled along with the data), computed without intermediate over- or underflow; where that
+answer itself lies outside the float range — ridge on a tiny design, ``ŷ ≈ x* XᵀY / λ`` — the
+caller gets a ``ValueError``, never zeros, Inf or NaN.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -49,20 +55,59 @@ def _largest(x: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Rescaling:
-    """How a batch of tasks was rescaled: queries are divided by ``x`` (``(B, 1, 1)``), outputs
-    multiplied by ``output``, and ``ridge`` is the λ to use on the rescaled data."""
+    """How a batch of tasks was rescaled (:func:`rescale_tasks`): the context inputs were divided
+    by ``x = 2^ex`` (``(B, 1, 1)``), ``ridge`` is the λ to use on the rescaled data, and an
+    answer computed in the rescaled units is multiplied by ``mantissa · 2^shift`` (both
+    ``(B, 1, 1)``; the mantissa is 1 unless λ was capped) to be in the caller's units."""
 
     x: torch.Tensor
-    output: torch.Tensor
+    shift: torch.Tensor
+    mantissa: torch.Tensor
     ridge: float | torch.Tensor
 
+    @property
+    def active(self) -> bool:
+        """Whether any task was rescaled (else the data are used as given)."""
+        return bool((self.x != 1).any() or (self.shift != 0).any() or (self.mantissa != 1).any())
+
     def queries(self, xq: torch.Tensor) -> torch.Tensor:
-        """Queries in the rescaled units."""
+        """Inputs (e.g. another context) in the rescaled units: ``xq / x``."""
         return xq / self.x if bool((self.x != 1).any()) else xq
 
-    def outputs(self, out: torch.Tensor) -> torch.Tensor:
-        """Predictions back in the caller's units."""
-        return out * self.output if bool((self.output != 1).any()) else out
+    def answer(
+        self,
+        xq: torch.Tensor,
+        forward: Callable[[torch.Tensor], torch.Tensor],
+        name: str = "predict",
+    ) -> torch.Tensor:
+        """``forward`` — a map linear in the queries, on the rescaled tasks — applied to the
+        queries ``xq`` (``(B, M, d)``), in the caller's units.
+
+        The queries get their own power of two ``2^eq`` (:func:`unit_scale`): ``xq / x`` alone
+        over- or underflows when the queries and the context are at opposite extremes. The
+        answer is ``forward(xq / 2^eq) · mantissa`` times ``2^(shift + eq − ex)``, applied by
+        :func:`times_power_of_two` (exact). Data of ordinary magnitude are passed to
+        ``forward`` as they are. An answer that is zero or subnormal everywhere in a task while
+        its rescaled value is not is below the float range: ``ValueError``
+        (:func:`underflow_error`), never silent zeros."""
+        if xq.numel() == 0 or (not self.active and bool((power_of_two_scale(xq) == 1).all())):
+            return forward(xq)
+        sq = unit_scale(xq)
+        scaled = forward(xq / sq)
+        if bool((self.mantissa != 1).any()):
+            scaled = scaled * self.mantissa
+        out = times_power_of_two(scaled, self.shift + exponent(sq) - exponent(self.x))
+        lost = underflowed(out, scaled)
+        if bool(lost.any()):
+            raise underflow_error(name, int(lost.nonzero()[0, 0]), out.dtype, RIDGE_UNDERFLOW)
+        return out
+
+
+RIDGE_UNDERFLOW = (
+    "the answer of this ridge problem is below the float range (λ much larger than XᵀX gives "
+    "about x* XᵀY / λ; to keep the answer at the data's scale, scale λ by the square of the "
+    "inputs' scale)"
+)
 
 
 def rescale_tasks(
@@ -70,34 +115,78 @@ def rescale_tasks(
 ) -> tuple[torch.Tensor, torch.Tensor, Rescaling]:
     """``(X/s, Y/t, rescaling)`` with the per-task powers of two of :func:`power_of_two_scale`.
 
-    Ridge on ``X/s`` is ridge with ``λ/s²``. When that leaves the float range (λ dwarfs ``XᵀX``
-    by more than √(largest float), e.g. tiny X), λ/s² is capped at ``c = √(largest float)`` and
-    the outputs are multiplied by ``c·s²/λ``: in that regime every direction's ridge factor is
-    ``1/(e + λ/s²) = (c·s²/λ) / (e + c)`` up to a relative ``e/c < 10⁻¹⁵⁴`` (float64). The
-    output factor ``t·c·s²/λ`` is formed from the exponents, so it does not over- or
-    underflow unless the answer itself does."""
-    sx, sy = power_of_two_scale(x), power_of_two_scale(y)
+    The answer stays that of the **given** problem, ridge with the given λ on ``X``: ridge on
+    ``X/s`` is ridge with ``λ/s²``, and the outputs are multiplied by ``t``. When ``λ/s²``
+    leaves the float range (λ dwarfs ``XᵀX`` by more than √(largest float), e.g. tiny X, or a
+    λ beyond √(largest float): then every task is brought to unit magnitude), it is
+    capped at ``c = √(largest float)`` and the outputs are multiplied by ``t·c·s²/λ`` as well:
+    in that regime every direction's ridge factor is ``1/(e + λ/s²) = (c·s²/λ) / (e + c)`` up
+    to a relative ``e/c < 10⁻¹⁵⁴`` (float64). The output factor is kept as a mantissa and a
+    power of two (:class:`Rescaling`), so it neither over- nor underflows; the answer itself
+    may (``ŷ ≈ x* XᵀY / λ`` for a tiny design), and then :meth:`Rescaling.answer` raises."""
+    cap = float(torch.finfo(x.dtype).max ** 0.5)
+    # λ past √(largest float) is capped, which is exact only on unit-magnitude data
+    sx = unit_scale(x) if ridge > cap else power_of_two_scale(x)
+    sy = power_of_two_scale(y)
     if bool((sx != 1).any()):
         x = x / sx
     if bool((sy != 1).any()):
         y = y / sy
-    cap = float(torch.finfo(x.dtype).max ** 0.5)
     lam: float | torch.Tensor = ridge
-    output = sy
-    if ridge > 0 and bool((sx != 1).any()):
+    shift = exponent(sy)
+    mantissa = torch.ones_like(sx)
+    if ridge > 0 and bool((sx != 1).any() or ridge > cap):
         wanted = ridge / sx.square()  # inf where it overflows: then it is capped too
         capped = wanted > cap
         lam = wanted.clamp(max=cap).reshape(-1)
         if bool(capped.any()):
-            ex, ey = _exponent(sx), _exponent(sy)
-            shift = ey + torch.where(capped, 2 * ex, torch.zeros_like(ex))
-            mantissa = torch.where(capped, torch.full_like(sx, cap / ridge), torch.ones_like(sx))
-            half = torch.div(shift, 2, rounding_mode="floor")
-            output = torch.ldexp(torch.ldexp(mantissa, half), shift - half)
-    return x, y, Rescaling(sx, output, lam)
+            # c·s²/λ = (mc/mr)·2^(kc − kr + 2ex) with c = mc·2^kc, λ = mr·2^kr: no overflow
+            mc, kc = math.frexp(cap)
+            mr, kr = math.frexp(ridge)
+            mantissa = torch.where(capped, torch.full_like(sx, mc / mr), mantissa)
+            shift = shift + torch.where(capped, kc - kr + 2 * exponent(sx), 0)
+    return x, y, Rescaling(sx, shift, mantissa, lam)
 
 
-def _exponent(s: torch.Tensor) -> torch.Tensor:
-    """``e`` of an exact power of two ``s = 2^e``."""
-    _, exponent = torch.frexp(s)
-    return exponent - 1
+def exponent(s: torch.Tensor) -> torch.Tensor:
+    """``e`` of an exact power of two ``s = 2^e`` (an integer tensor of ``s``'s shape)."""
+    _, e = torch.frexp(s)
+    return e - 1
+
+
+def times_power_of_two(x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """``x · 2^e`` (``e`` integer, broadcast against ``x``), exact unless the result leaves the
+    normal range: applied in steps of at most ``2^±(maxexp − 2)`` so that no factor over- or
+    underflows; every intermediate lies between ``x`` and the result."""
+    limit = int(math.log2(torch.finfo(x.dtype).max)) - 1
+    left = e
+    while bool((left != 0).any()):
+        step = left.clamp(-limit, limit)
+        x = x * torch.ldexp(torch.ones_like(step, dtype=x.dtype), step)
+        left = left - step
+    return x
+
+
+def underflowed(out: torch.Tensor, scaled: torch.Tensor) -> torch.Tensor:
+    """Per task (``(B,)``): every entry of ``out`` is zero or subnormal while ``scaled`` (the
+    same answer in rescaled units) has a normal entry — the answer is below the float range."""
+    tiny = torch.finfo(out.dtype).tiny
+    lost = (out.detach().abs() < tiny).flatten(1).all(dim=1)
+    return lost & (scaled.detach().abs() >= tiny).flatten(1).any(dim=1)
+
+
+def underflow_error(
+    name: str,
+    task: int | None,
+    dtype: torch.dtype,
+    cause: str = "the inputs are too small for this computation",
+) -> ValueError:
+    """The error of an answer below the float range (:func:`underflowed`); ``task`` is the
+    first such task of a batch (``None``: not batched)."""
+    kind = str(dtype).removeprefix("torch.")
+    where = "" if task is None else f" for task {task}"
+    return ValueError(
+        f"{name}: the result underflowed{where} (every entry is zero or subnormal, "
+        "although the answer on the same inputs rescaled to unit magnitude is not zero): "
+        f"{cause} in {kind}; rescale the inputs"
+    )

@@ -5,24 +5,29 @@ The rules:
 * NaN or Inf anywhere -> ``ValueError`` naming the argument and the first bad index.
 * Shapes that do not agree -> ``ValueError`` stating both shapes.
 * Empty context (N = 0) or d = 0 -> ``ValueError``.
-* Integer and boolean inputs are promoted to float64 explicitly (exact below 2**53, checked);
-  float16 / bfloat16 / complex inputs are refused: attnreg never computes silently in a
-  precision that cannot hold the identities it checks.
+* Integer and boolean inputs are promoted to float64 explicitly (exact below 2**53, checked:
+  a magnitude of 2**53 or more is refused, whatever the integer type — numpy or torch, signed
+  or unsigned, uint8 to uint64); float16 / bfloat16 / complex inputs are refused: attnreg
+  never computes silently in a precision that cannot hold the identities it checks.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from attnreg.core.scaling import unit_scale
+from attnreg.core.scaling import underflow_error, underflowed, unit_scale
 
 _EXACT_INT_LIMIT = 2**53
 _REFUSED = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+# torch has few kernels for unsigned tensors (no min/max for uint16/32/64): they are read
+# through numpy, as numpy's unsigned arrays are
+_UNSIGNED = (torch.uint8, torch.uint16, torch.uint32, torch.uint64)
 
 ArrayLike = Any  # numpy arrays, torch tensors, nested lists
 
@@ -39,8 +44,13 @@ def as_tensor(
     """Convert ``value`` to a finite floating tensor, or raise a ``ValueError`` naming ``name``.
 
     Integers/booleans become float64 (refused if any magnitude reaches 2**53, where float64 is
-    no longer exact); float16/bfloat16/complex are refused. ``dtype`` casts afterwards.
+    no longer exact); float16/bfloat16/complex are refused. ``dtype`` casts afterwards. Unsigned
+    torch tensors (uint8 … uint64) are read as numpy's unsigned arrays are, and stay on their
+    device.
     """
+    if isinstance(value, torch.Tensor) and value.dtype in _UNSIGNED:
+        device = value.device if device is None else device
+        value = value.cpu().numpy()
     if isinstance(value, torch.Tensor):
         tensor = value
     else:
@@ -110,27 +120,62 @@ def check_finite(name: str, tensor: torch.Tensor) -> None:
             raise ValueError(f"{name}: contains {kind} at index {index}")
 
 
+def _real(name: str, value: object, requirement: str) -> float:
+    """``value`` as a float if it is a real number: a Python or numpy number, or a one-element
+    real tensor / array. A bool or a string is not a number here: ``ValueError`` naming
+    ``name`` (``float("1")`` and ``float(True)`` would otherwise pass silently)."""
+    if isinstance(value, torch.Tensor):
+        number = value.numel() == 1 and value.dtype != torch.bool and not value.is_complex()
+    elif isinstance(value, np.ndarray):
+        number = value.size == 1 and value.dtype.kind in "iuf"
+    else:
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+    if not number:
+        raise ValueError(
+            f"{name}: must be {requirement}, got {value!r} ({type(value).__name__}; booleans "
+            "and strings are not numbers here)"
+        )
+    scalar = value.item() if isinstance(value, torch.Tensor | np.ndarray) else value
+    try:
+        return float(scalar)  # type: ignore[arg-type]
+    except OverflowError:  # an integer past the float range
+        return math.inf
+
+
+def _zero_dim(value: object) -> bool:
+    return isinstance(value, torch.Tensor | np.ndarray) and value.ndim == 0
+
+
 def check_positive(name: str, value: float) -> float:
-    """Require a finite ``value > 0``."""
-    value = float(value)
-    if not np.isfinite(value) or value <= 0:
+    """Require a finite real ``value > 0`` (not a bool, not a string)."""
+    value = _real(name, value, "a finite number > 0")
+    if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name}: must be a finite number > 0, got {value}")
     return value
 
 
 def check_nonnegative(name: str, value: float) -> float:
-    """Require a finite ``value >= 0``."""
-    value = float(value)
-    if not np.isfinite(value) or value < 0:
+    """Require a finite real ``value >= 0`` (not a bool, not a string)."""
+    value = _real(name, value, "a finite number >= 0")
+    if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name}: must be a finite number >= 0, got {value}")
     return value
 
 
 def check_positive_int(name: str, value: int) -> int:
-    """Require an integer ``value >= 1``."""
-    if isinstance(value, bool) or int(value) != value or int(value) < 1:
+    """Require an integer ``value >= 1`` (an integral float such as ``2.0`` is accepted; a bool
+    or a string is not)."""
+    number = _real(name, value, "an integer >= 1")
+    if not math.isfinite(number) or int(value) != value or int(value) < 1:
         raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
     return int(value)
+
+
+def check_flag(name: str, value: bool) -> bool:
+    """Require a bool (``True``/``False``, or numpy's): ``"no"`` or ``0`` is not a flag."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name}: must be True or False, got {value!r} ({type(value).__name__})")
+    return bool(value)
 
 
 SEED_LIMIT = 2**63
@@ -258,30 +303,26 @@ def check_underflow(
     if out.numel() == 0:
         return out
     tiny = torch.finfo(out.dtype).tiny
-    lost = (out.detach().abs() < tiny).flatten(1).all(dim=1)
-    if not bool(lost.any()):
+    if not bool((out.detach().abs() < tiny).flatten(1).all(dim=1).any()):
         return out
     with torch.no_grad():
         unit = compute(
             x_ctx / unit_scale(x_ctx), y_ctx / unit_scale(y_ctx), x_query / unit_scale(x_query)
         )
-    nonzero = (unit.detach().abs() >= torch.finfo(unit.dtype).tiny).flatten(1).any(dim=1)
-    bad = lost & nonzero
+    bad = underflowed(out, unit)
     if bool(bad.any()):
-        task = int(bad.nonzero()[0, 0])
-        raise ValueError(
-            f"{name}: the result underflowed for task {task} (every entry is zero or subnormal, "
-            "although the answer on the same inputs rescaled to unit magnitude is not zero): "
-            f"the inputs are too small for this computation in "
-            f"{str(out.dtype).removeprefix('torch.')}; rescale the inputs"
-        )
+        raise underflow_error(name, int(bad.nonzero()[0, 0]), out.dtype)
     return out
 
 
 def per_step(name: str, value: float | Sequence[float], steps: int) -> list[float]:
-    """One value per step: a scalar is repeated ``steps`` times; a sequence has that length."""
-    check_positive_int("steps", steps)
-    values = [float(value)] * steps if isinstance(value, int | float) else list(value)
+    """One value per step: a scalar is repeated ``steps`` times; a sequence has that length.
+    Every value is a real number (not a bool, not a string: ``ValueError`` naming ``name``)."""
+    steps = check_positive_int("steps", steps)
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable) or _zero_dim(value):
+        values = [_real(name, value, "a number or one number per step")] * steps
+    else:
+        values = [_real(name, v, "a number or one number per step") for v in value]
     if len(values) != steps:
         raise ValueError(f"{name}: expected {steps} values (one per step), got {len(values)}")
     return values

@@ -8,6 +8,7 @@ memories, never holding the queries × memories score matrix).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
@@ -15,8 +16,15 @@ import torch
 from numpy.polynomial import Polynomial
 
 from attnreg.core.retrieval import associate
+from attnreg.core.scaling import (
+    exponent,
+    power_of_two_scale,
+    times_power_of_two,
+    underflow_error,
+    underflowed,
+)
 from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
-from attnreg.core.validation import as_tensor
+from attnreg.core.validation import as_tensor, check_finite_result
 from attnreg.data.patterns import check_binary
 
 
@@ -50,6 +58,87 @@ def check_states(
     if binary:
         check_binary(name, x)
     return x.to(dtype), single
+
+
+DISTANCES = ("euclidean", "manhattan")
+
+Retrieval = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
+"""``(queries, keys, values, β) -> Vᵀ sep(β · sim(K, q))``: one memory's retrieval."""
+
+
+def extreme_scale(x: torch.Tensor) -> torch.Tensor:
+    """The power of two (a one-element tensor) that brings a 2-D ``x`` to unit magnitude when
+    its magnitude is extreme (:func:`attnreg.core.scaling.power_of_two_scale`), else 1."""
+    return power_of_two_scale(x.unsqueeze(0)).reshape(())
+
+
+def scaled_retrieval(
+    retrieve: Retrieval,
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    *,
+    similarity: str,
+    separation: str,
+    beta: float,
+    power: int = 1,
+    normalize: bool = True,
+    key_scale: torch.Tensor | None = None,
+    names: str = "queries, keys",
+) -> torch.Tensor:
+    """``retrieve(queries, keys, values, β)`` at any magnitude, or a ``ValueError``.
+
+    Queries, keys and values of extreme magnitude are divided by powers of two (exact; data of
+    ordinary magnitude go to ``retrieve`` as they are), and the scale is folded into what
+    depends on it: the scores ``β · sim`` scale by ``2^f`` — ``a·b`` for ``dot`` (queries at
+    ``a``, keys at ``b``), ``a/b`` for ``whitened_dot`` (the metric ``(KᵀK)⁺`` scales by
+    ``1/b²``; ``keys`` then are the stored keys divided by ``key_scale = b``, the metric built
+    from them), ``s`` for the distances (queries and keys divided by one common ``s``). Softmax
+    runs with ``β·2^f``; ``max`` and the normalised identity / power weights do not depend on
+    the scale (``β = 1``); unnormalised ``(β·sim)ⁿ`` weights multiply the output by
+    ``βⁿ·2^(n·f)``. The values' scale multiplies the output back.
+
+    The softmax of scores beyond the float range (``β·2^f`` past the largest float, e.g. dot
+    products of patterns at 1e200) has no floating-point value to compute it from: a
+    ``ValueError`` naming the arguments (``names``). So is an output that over- or underflows.
+    """
+    sq, sk, sv = extreme_scale(queries), extreme_scale(keys), extreme_scale(values)
+    stored = torch.ones_like(sk) if key_scale is None else key_scale.reshape(())
+    if bool((sq == 1) & (sk == 1) & (sv == 1) & (stored == 1)):
+        return check_finite_result(retrieve(queries, keys, values, beta), "retrieve")
+    if similarity in DISTANCES:
+        sq = sk = torch.maximum(sq, sk)
+    q0, k0, v0 = queries / sq, keys / sk, values / sv
+    e_q, e_k = int(exponent(sq)), int(exponent(sk * stored))
+    f = {"dot": e_q + e_k, "whitened_dot": e_q - e_k}.get(similarity, e_q)  # distances: s
+    shift = int(exponent(sv))
+    factor = 1.0
+    call_beta = 1.0
+    if separation == "softmax":
+        call_beta = _scaled_beta(beta, f, queries.dtype, names)
+    elif separation in ("identity", "power") and not normalize:
+        factor, shift = float(beta) ** power, shift + power * f
+    unit = retrieve(q0, k0, v0, call_beta)
+    out = times_power_of_two(unit * factor if factor != 1.0 else unit, torch.tensor(shift))
+    check_finite_result(out, "retrieve")
+    if bool(underflowed(out.unsqueeze(0), unit.unsqueeze(0)).any()):
+        raise underflow_error("retrieve", None, out.dtype)
+    return out
+
+
+def _scaled_beta(beta: float, f: int, dtype: torch.dtype, names: str) -> float:
+    """``β · 2^f`` for the softmax on rescaled inputs; ``ValueError`` when it overflows (the
+    scores do), the smallest normal number when it underflows (every weight is then 1)."""
+    info = torch.finfo(dtype)
+    mantissa, e = math.frexp(float(beta))
+    if e + f > math.frexp(info.max)[1]:
+        raise ValueError(
+            f"{names}: the softmax scores β·sim(q, k) overflow {str(dtype)[6:]} (β = "
+            f"{beta:g} times inputs whose similarities reach about 2^{f}, past the largest "
+            f"float {info.max:.3g}); the softmax of such scores cannot be computed in floating "
+            "point: scale the patterns and queries down, or lower beta"
+        )
+    return max(math.ldexp(mantissa, e + f), float(info.tiny))
 
 
 def sign_update(field: torch.Tensor, state: torch.Tensor) -> torch.Tensor:

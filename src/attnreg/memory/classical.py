@@ -13,9 +13,15 @@ import numpy as np
 import torch
 
 from attnreg.core.retrieval import associate
-from attnreg.core.scaling import power_of_two_scale
+from attnreg.core.scaling import rescale_tasks
 from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
-from attnreg.core.validation import check_choice, check_nonnegative, check_positive_int
+from attnreg.core.validation import (
+    check_choice,
+    check_finite_result,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+)
 from attnreg.core.whitening import whitening_matrix
 from attnreg.memory.base import (
     check_patterns,
@@ -49,19 +55,27 @@ class PseudoInverseMemory:
     retrieval step ``ξ → ξP`` (for ``λ = 0``) brings it to 0, so it never increases.
 
     Keys and values of extreme magnitude (where ``KᵀK`` would over- or underflow) are divided
-    by powers of two ``s``, ``t`` (:func:`attnreg.core.scaling.power_of_two_scale`, exact):
-    ``q S⁺ Kᵀ V = (q/s)(S_s)⁺ (K/s)ᵀ (V/t) · t`` with ``S_s = (K/s)ᵀ(K/s) + (λ/s²) I``; the
-    rescaled ``λ/s²`` is capped at √(largest float), past which the ridge answer is zero to
-    that relative precision. ``metric_`` is ``S_s⁺``, for the rescaled keys.
+    by powers of two ``s``, ``t`` (:func:`attnreg.core.scaling.rescale_tasks`, exact):
+    ``q S⁺ Kᵀ V = (q/s)(S_s)⁺ (K/s)ᵀ (V/t) · t`` with ``S_s = (K/s)ᵀ(K/s) + (λ/s²) I``, the
+    queries by their own power of two. The answer is the given problem's (ridge with the given
+    λ) at any magnitude, or a ``ValueError`` where it lies outside the float range (e.g.
+    ``q KᵀV / λ`` for keys of magnitude 1e-300): never zeros. ``metric_`` is ``S_s⁺``, for the
+    rescaled keys.
     """
 
     def __init__(self, ridge: float = 0.0, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
         self.ridge = ridge
         self.memory_budget = memory_budget
+        self._check_settings()
+
+    def _check_settings(self) -> None:
+        """Validate the settings (at construction, and again at ``store``: they are attributes)."""
+        check_nonnegative("ridge", self.ridge)
+        check_positive("memory_budget", self.memory_budget)
 
     def store(self, keys: Any, values: Any = None) -> PseudoInverseMemory:
         """Store ``keys (N, d)`` → ``values (N, dv)`` (``values=None``: auto-association)."""
-        check_nonnegative("ridge", self.ridge)
+        self._check_settings()
         k = check_patterns("keys", keys)
         v = k if values is None else check_patterns("values", values).to(k.dtype)
         if v.shape[0] != k.shape[0]:
@@ -70,16 +84,10 @@ class PseudoInverseMemory:
                 f"values shape {tuple(v.shape)}"
             )
         n, d = k.shape
-        self.key_scale_, self.value_scale_ = power_of_two_scale(k), power_of_two_scale(v)
-        self._keys = k / self.key_scale_ if bool(self.key_scale_ != 1) else k
-        self._values = v / self.value_scale_ if bool(self.value_scale_ != 1) else v
-        ridge: float | torch.Tensor = float(self.ridge)
-        if ridge > 0 and bool(self.key_scale_ != 1):  # λ/s², inf when it overflows: capped
-            ridge = (ridge / self.key_scale_.reshape(1).square()).clamp(
-                max=torch.finfo(k.dtype).max ** 0.5
-            )
+        keys, values, self.rescaling_ = rescale_tasks(k[None], v[None], float(self.ridge))
+        self._keys, self._values = keys[0], values[0]
         # N < d is the memory's normal regime (rank N by construction): no rank warning then.
-        w = whitening_matrix(self._keys, ridge=ridge, warn=n >= d).matrix[0]
+        w = whitening_matrix(self._keys, ridge=self.rescaling_.ridge, warn=n >= d).matrix[0]
         self.keys_, self.values_ = k, v
         self.metric_ = w @ w.mT
         return self
@@ -87,17 +95,22 @@ class PseudoInverseMemory:
     def retrieve(self, queries: Any) -> torch.Tensor:
         """``q S⁺ Kᵀ V`` for queries ``(M, d)`` (or one ``(d,)`` query)."""
         q, single = check_states("queries", queries, self.keys_.shape[1], self.keys_.dtype)
-        out = associate(
-            q / self.key_scale_ if bool(self.key_scale_ != 1) else q,
-            self._keys,
-            self._values,
-            similarity="whitened_dot",
-            separation="identity",
-            metric=self.metric_,
-            memory_budget=self.memory_budget,
-        )
-        assert isinstance(out, torch.Tensor)
-        return _out(out * self.value_scale_ if bool(self.value_scale_ != 1) else out, single)
+
+        def recall(q: torch.Tensor) -> torch.Tensor:
+            out = associate(
+                q[0],
+                self._keys,
+                self._values,
+                similarity="whitened_dot",
+                separation="identity",
+                metric=self.metric_,
+                memory_budget=self.memory_budget,
+            )
+            assert isinstance(out, torch.Tensor)
+            return out[None]
+
+        out = self.rescaling_.answer(q[None], recall, "retrieve")[0]
+        return _out(check_finite_result(out, "retrieve"), single)
 
     def energy(self, states: Any) -> torch.Tensor:
         """``E(ξ) = ½ ξᵀ (I − S⁺KᵀK) ξ`` per state (the squared distance to the key span)."""
@@ -129,11 +142,17 @@ class HebbianMemory:
         self.dynamics = dynamics
         self.max_steps = max_steps
         self.memory_budget = memory_budget
+        self._check_settings()
+
+    def _check_settings(self) -> None:
+        """Validate the settings (at construction, and again at ``store``: they are attributes)."""
+        check_choice("dynamics", self.dynamics, DYNAMICS)
+        check_positive_int("max_steps", self.max_steps)
+        check_positive("memory_budget", self.memory_budget)
 
     def store(self, patterns: Any) -> HebbianMemory:
         """Store ±1 patterns ``(N, d)``."""
-        check_choice("dynamics", self.dynamics, DYNAMICS)
-        check_positive_int("max_steps", self.max_steps)
+        self._check_settings()
         self.patterns_ = check_patterns("patterns", patterns, binary=True)
         return self
 
@@ -229,14 +248,22 @@ class DenseAssociativeMemory:
         self.dynamics = dynamics
         self.max_steps = max_steps
         self.memory_budget = memory_budget
+        self._check_settings()
 
-    def store(self, patterns: Any) -> DenseAssociativeMemory:
-        """Store ±1 patterns ``(N, d)``."""
+    def _check_settings(self) -> int:
+        """Validate the settings (at construction, and again at ``store``: they are
+        attributes); returns the power ``n``."""
         n = check_positive_int("power", self.power)
         if n < 2:
             raise ValueError(f"power: must be an integer >= 2, got {self.power!r}")
         check_choice("dynamics", self.dynamics, DYNAMICS)
         check_positive_int("max_steps", self.max_steps)
+        check_positive("memory_budget", self.memory_budget)
+        return n
+
+    def store(self, patterns: Any) -> DenseAssociativeMemory:
+        """Store ±1 patterns ``(N, d)``."""
+        n = self._check_settings()
         self.patterns_ = check_patterns("patterns", patterns, binary=True)
         self._a, self._b = krotov_hopfield_coefficients(n)
         return self

@@ -14,17 +14,26 @@ import torch
 
 from attnreg.core import SEPARATIONS, associate
 from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
-from attnreg.core.validation import check_choice, check_positive, check_positive_int
+from attnreg.core.validation import (
+    check_choice,
+    check_finite_result,
+    check_flag,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+)
 from attnreg.core.whitening import whitening_matrix
 from attnreg.memory.base import (
+    DISTANCES,
     check_patterns,
     check_states,
+    extreme_scale,
     log_sum_exp,
     polynomial_associate,
+    scaled_retrieval,
 )
 
 GRID_SIMILARITIES = ("dot", "euclidean", "manhattan", "whitened_dot")
-DISTANCES = ("euclidean", "manhattan")
 
 
 class ModernHopfield:
@@ -51,11 +60,18 @@ class ModernHopfield:
         self.max_steps = max_steps
         self.tol = tol
         self.memory_budget = memory_budget
+        self._check_settings()
+
+    def _check_settings(self) -> None:
+        """Validate the settings (at construction, and again at ``store``: they are attributes)."""
+        check_positive("beta", self.beta)
+        check_positive_int("max_steps", self.max_steps)
+        check_nonnegative("tol", self.tol)
+        check_positive("memory_budget", self.memory_budget)
 
     def store(self, patterns: Any, values: Any = None) -> ModernHopfield:
         """Store patterns ``X (N, d)`` (and optional values ``(N, dv)``)."""
-        check_positive("beta", self.beta)
-        check_positive_int("max_steps", self.max_steps)
+        self._check_settings()
         self.patterns_ = check_patterns("patterns", patterns)
         self.values_ = None
         if values is not None:
@@ -68,16 +84,29 @@ class ModernHopfield:
         return self
 
     def _step(self, q: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        out = associate(
+        """One update ``Vᵀ softmax(β X ξ)``; extreme magnitudes are rescaled by powers of two
+        with the scale folded into β (:func:`scaled_retrieval`): the answer, or a
+        ``ValueError`` when the scores themselves overflow."""
+
+        def softmax_step(
+            q: torch.Tensor, x: torch.Tensor, v: torch.Tensor, beta: float
+        ) -> torch.Tensor:
+            out = associate(
+                q, x, v, separation="softmax", beta=beta, memory_budget=self.memory_budget
+            )
+            assert isinstance(out, torch.Tensor)
+            return out
+
+        return scaled_retrieval(
+            softmax_step,
             q,
             self.patterns_,
             values,
+            similarity="dot",
             separation="softmax",
             beta=self.beta,
-            memory_budget=self.memory_budget,
+            names="queries, patterns",
         )
-        assert isinstance(out, torch.Tensor)
-        return out
 
     def retrieve(self, queries: Any, steps: int | None = None) -> torch.Tensor:
         """``Xᵀ softmax(β X ξ)`` iterated (auto-association) or once (hetero-association)."""
@@ -112,6 +141,7 @@ class ModernHopfield:
             + math.log(n) / self.beta
             + 0.5 * big_m**2
         )
+        check_finite_result(e, "energy")  # ½‖ξ‖², β xᵀξ past the float range
         return e[0] if single else e
 
 
@@ -145,13 +175,20 @@ class UniversalHopfieldMemory:
         self.power = power
         self.normalize = normalize
         self.memory_budget = memory_budget
+        self._check_settings()
 
-    def store(self, keys: Any, values: Any = None) -> UniversalHopfieldMemory:
-        """Store keys ``(N, d)`` and values (default: the keys themselves)."""
+    def _check_settings(self) -> None:
+        """Validate the settings (at construction, and again at ``store``: they are attributes)."""
         check_choice("similarity", self.similarity, GRID_SIMILARITIES)
         check_choice("separation", self.separation, SEPARATIONS)
         check_positive("beta", self.beta)
         check_positive_int("power", self.power)
+        check_flag("normalize", self.normalize)
+        check_positive("memory_budget", self.memory_budget)
+
+    def store(self, keys: Any, values: Any = None) -> UniversalHopfieldMemory:
+        """Store keys ``(N, d)`` and values (default: the keys themselves)."""
+        self._check_settings()
         k = check_patterns("keys", keys)
         v = k if values is None else check_patterns("values", values).to(k.dtype)
         if v.shape[0] != k.shape[0]:
@@ -161,15 +198,40 @@ class UniversalHopfieldMemory:
             )
         self.keys_, self.values_ = k, v
         self.metric_ = None
-        if self.similarity == "whitened_dot":
-            w = whitening_matrix(k, warn=False).matrix[0]
+        self.key_scale_: torch.Tensor | None = None
+        self._keys = k
+        if self.similarity == "whitened_dot":  # (KᵀK)⁺ of extreme keys from K / 2^e (exact)
+            self.key_scale_ = extreme_scale(k)
+            self._keys = k / self.key_scale_ if bool(self.key_scale_ != 1) else k
+            w = whitening_matrix(self._keys, warn=False).matrix[0]
             self.metric_ = w @ w.mT
         return self
 
     def retrieve(self, queries: Any) -> torch.Tensor:
-        """``Vᵀ sep(β · sim(K, q))`` for queries ``(M, d)`` (or one ``(d,)`` query)."""
-        k, v = self.keys_, self.values_
+        """``Vᵀ sep(β · sim(K, q))`` for queries ``(M, d)`` (or one ``(d,)`` query). At extreme
+        magnitudes the inputs are rescaled by powers of two (:func:`scaled_retrieval`): the
+        answer, or a ``ValueError`` when the scores or the answer leave the float range."""
+        k = self.keys_
         q, single = check_states("queries", queries, k.shape[1], k.dtype)
+        n = self.power if self.separation == "power" else 1
+        out = scaled_retrieval(
+            self._retrieve,
+            q,
+            self._keys,
+            self.values_,
+            similarity=self.similarity,
+            separation=self.separation,
+            beta=self.beta,
+            power=n,
+            normalize=self.normalize,
+            key_scale=self.key_scale_,
+        )
+        return out[0] if single else out
+
+    def _retrieve(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: float
+    ) -> torch.Tensor:
+        """``Vᵀ sep(β · sim(K, q))`` on the given (possibly rescaled) tensors."""
         shifted = self.similarity in DISTANCES and self.separation in ("identity", "power")
         if not shifted:
             out = associate(
@@ -178,16 +240,16 @@ class UniversalHopfieldMemory:
                 v,
                 similarity=self.similarity,
                 separation=self.separation,
-                beta=self.beta,
+                beta=beta,
                 power=self.power,
                 metric=self.metric_,
                 normalize=self.normalize,
                 memory_budget=self.memory_budget,
             )
             assert isinstance(out, torch.Tensor)
-            return out[0] if single else out
+            return out
         p = 2.0 if self.similarity == "euclidean" else 1.0
-        offset = self.beta * (q.norm(p=p, dim=1) + k.norm(p=p, dim=1).max())
+        offset = beta * (q.norm(p=p, dim=1) + k.norm(p=p, dim=1).max())
         n = 1 if self.separation == "identity" else self.power
         ones = torch.ones(k.shape[0], 1, dtype=k.dtype, device=k.device)
         aug = torch.cat([v, ones], 1) if self.normalize else v
@@ -197,10 +259,8 @@ class UniversalHopfieldMemory:
             aug,
             [0.0] * n + [1.0],
             similarity=self.similarity,
-            scale=self.beta,
+            scale=beta,
             offset=offset,
             memory_budget=self.memory_budget,
         )
-        if self.normalize:
-            out = out[:, :-1] / out[:, -1:]
-        return out[0] if single else out
+        return out[:, :-1] / out[:, -1:] if self.normalize else out

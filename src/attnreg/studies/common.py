@@ -44,15 +44,12 @@ class FigureRecord:
         return self.path.read_bytes()
 
     def close(self) -> None:
-        """Free the matplotlib figure (a written figure is closed already)."""
-        if self.figure is not None:
-            import matplotlib.pyplot as plt
-
-            plt.close(self.figure)
-            self.figure = None
+        """Drop the matplotlib figure (a plain ``Figure``, not tracked by pyplot: freed once
+        unreferenced; a written figure is dropped already)."""
+        self.figure = None
 
     def write(self, out_dir: Path) -> Path:
-        """Save as ``out_dir/name.png`` and ``.svg``, close the matplotlib figure, keep the path
+        """Save as ``out_dir/name.png`` and ``.svg``, drop the matplotlib figure, keep the path
         (a figure written before is copied from its files)."""
         out = Path(out_dir)
         if self.figure is not None:

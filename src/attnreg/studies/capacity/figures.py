@@ -4,20 +4,20 @@ and corrupted digit queries next to their retrievals."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
 from attnreg.core.scores import UHN_SEPARATIONS as SEPARATIONS
 from attnreg.memory import GRID_SIMILARITIES
+from attnreg.output import new_figure
 from attnreg.studies.capacity.config import CapacityConfig
 from attnreg.studies.capacity.families import DIGITS_PANEL_CELLS
 from attnreg.studies.common import FigureRecord
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def _curve(rows: list[dict[str, Any]], family: str) -> tuple[np.ndarray, ...]:
@@ -36,9 +36,27 @@ def _positive(values: np.ndarray) -> np.ndarray:
     return np.where(values > 0, values, np.nan)
 
 
-def capacity_figure(rows: list[dict[str, Any]]) -> plt.Figure:
+def _d_ticks(ax: Any) -> None:
+    """Label a logarithmic ``d`` axis at the plotted ``d`` values, in plain numbers, each at
+    least 1.4 × the previous one, and nothing else: base-10 minor labels (2×10¹, 3×10¹, …)
+    overlap on a range of one or two decades."""
+    from matplotlib.ticker import FixedLocator, FormatStrFormatter, NullFormatter
+
+    values = sorted(
+        {float(x) for line in ax.get_lines() for x in np.asarray(line.get_xdata(), dtype=float)}
+    )
+    ticks: list[float] = []
+    for x in values:
+        if math.isfinite(x) and x > 0 and (not ticks or x >= 1.4 * ticks[-1]):
+            ticks.append(x)
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def capacity_figure(rows: list[dict[str, Any]]) -> Figure:
     """``N_max`` against ``d`` for each family, with the theory curves."""
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+    fig, axes = new_figure(2, 3, figsize=(15, 8.5))
     ax = axes[0, 0]
     d, n, sd, _ = _curve(rows, "pinv")
     if len(d):
@@ -96,6 +114,8 @@ def capacity_figure(rows: list[dict[str, Any]]) -> plt.Figure:
             ax.plot(d, _positive(n), "o-", label=label)
     ax.set(xscale="log", yscale="log", title="linear → polynomial → exponential")
     for ax in axes.flat:
+        if ax.get_xscale() == "log":
+            _d_ticks(ax)
         ax.set_xlabel("d")
         ax.set_ylabel("N_max")
         ax.legend(fontsize=8)
@@ -112,10 +132,10 @@ ENERGY_STYLE = (
 )
 
 
-def energy_family_figure(rows: list[dict[str, Any]]) -> plt.Figure:
+def energy_family_figure(rows: list[dict[str, Any]]) -> Figure:
     """The energy family ``E_F = −Σ F(s_i) + ½ξᵀξ`` with one whitened similarity: ``N_max(d)``
     per ``F`` on log–log and on semi-log axes (pattern read-out), and at the state read-out."""
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    fig, axes = new_figure(1, 3, figsize=(15, 4.6))
     for key, color, label in ENERGY_STYLE:
         d, n, sd, theory = _curve(rows, f"energy:{key}@pattern")
         if len(d):
@@ -141,6 +161,8 @@ def energy_family_figure(rows: list[dict[str, Any]]) -> plt.Figure:
         title="state read-out K~^T F'(s) (the step itself):\nwhitened attractors cap it near d",
     )
     for ax in axes:
+        if ax.get_xscale() == "log":
+            _d_ticks(ax)
         ax.set_xlabel("d")
         ax.set_ylabel("N_max")
         ax.legend(fontsize=8)
@@ -150,11 +172,11 @@ def energy_family_figure(rows: list[dict[str, Any]]) -> plt.Figure:
     return fig
 
 
-def energy_cost_figure(rows: list[dict[str, Any]]) -> plt.Figure:
+def energy_cost_figure(rows: list[dict[str, Any]]) -> Figure:
     """Efficiency against memory density: time per retrieval and state bytes per stored
     pattern, each against ``N_max``, one point per energy family and ``d``."""
     cost = [r for r in rows if r["kind"] == "energy_cost"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    fig, axes = new_figure(1, 2, figsize=(11, 4.4))
     for key, color, label in ENERGY_STYLE:
         mine = sorted((r for r in cost if r["energy"] == key), key=lambda r: r["d"])
         if not mine:
@@ -189,11 +211,11 @@ def energy_cost_figure(rows: list[dict[str, Any]]) -> plt.Figure:
     return fig
 
 
-def grid_figure(rows: list[dict[str, Any]]) -> plt.Figure:
+def grid_figure(rows: list[dict[str, Any]]) -> Figure:
     """Heatmaps of the Universal Hopfield grid: digits recall per (query, N), random N_max."""
     recall = [r for r in rows if r["kind"] == "recall"]
     panels = sorted({(r["query"], r["n"]) for r in recall})
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(4.2 * (len(panels) + 1), 4))
+    fig, axes = new_figure(1, len(panels) + 1, figsize=(4.2 * (len(panels) + 1), 4))
     axes = np.atleast_1d(axes)
     for ax, (query, n) in zip(axes, panels, strict=False):
         cells = {
@@ -244,10 +266,10 @@ def _heatmap(
                 color="white" if grid[i, j] < (np.nanmax(grid) / 2) else "black",
                 fontsize=8,
             )
-    plt.colorbar(image, ax=ax, fraction=0.046)
+    ax.figure.colorbar(image, ax=ax, fraction=0.046)
 
 
-def digits_panel_figure(panel: dict[str, torch.Tensor]) -> plt.Figure:
+def digits_panel_figure(panel: dict[str, torch.Tensor]) -> Figure:
     """Stored digits, their corrupted queries, and the retrieval of several grid cells (one
     mosaic image: a row per key of ``panel``, a column per digit)."""
     labels = ["original:mask", "query:mask"] + [f"{c}:mask" for c in DIGITS_PANEL_CELLS]
@@ -259,7 +281,7 @@ def digits_panel_figure(panel: dict[str, torch.Tensor]) -> plt.Figure:
         images = panel[key].detach().cpu().numpy().reshape(-1, 8, 8)
         for j in range(cols):
             mosaic[1 + 9 * i : 9 + 9 * i, 1 + 9 * j : 9 + 9 * j] = images[j]
-    fig, ax = plt.subplots(figsize=(0.9 * cols + 2.5, 0.9 * len(labels)))
+    fig, ax = new_figure(figsize=(0.9 * cols + 2.5, 0.9 * len(labels)))
     ax.imshow(np.clip(mosaic, 0, 1), cmap="gray_r", vmin=0, vmax=1, interpolation="nearest")
     ax.set_xticks([])
     ax.set_yticks([5 + 9 * i for i in range(len(labels))], labels, fontsize=7)

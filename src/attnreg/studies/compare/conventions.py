@@ -181,8 +181,9 @@ def figure(rows: list[dict[str, Any]]) -> FigureRecord:
     """Left: per data mode, ``‖weights‖ / ‖β̂_ridge‖`` of the reported effective weights in
     each convention and of the coefficients the blog-convention layer applies (bars). Right:
     the test MSE relative to ridge's per convention (points)."""
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    from attnreg.output import new_figure
 
     modes = list(dict.fromkeys(r["data"] for r in rows))
     pick = {
@@ -190,7 +191,7 @@ def figure(rows: list[dict[str, Any]]) -> FigureRecord:
         for c in CONVENTIONS
     }
     blog = "everything-is-matter"
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), squeeze=False, constrained_layout=True)
+    fig, axes = new_figure(1, 2, figsize=(11, 3.8), squeeze=False, layout="constrained")
     idx = np.arange(len(modes))
     width = 0.27
     bars = [

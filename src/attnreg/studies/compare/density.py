@@ -234,13 +234,13 @@ def _summary(rows: list[dict[str, Any]], path: list[dict[str, Any]]) -> str:
 def figure(rows: list[dict[str, Any]], path: list[dict[str, Any]]) -> FigureRecord:
     """Per data mode: recall MSE (x) against test MSE (y) for each separation, the softmax
     path over β as a line, ridge's test MSE as a horizontal line."""
-    import matplotlib.pyplot as plt
+    from attnreg.output import new_figure
 
     modes = list(dict.fromkeys(r["data"] for r in rows))
     from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
-    fig, axes = plt.subplots(
-        1, len(modes), figsize=(4.4 * len(modes), 3.8), squeeze=False, constrained_layout=True
+    fig, axes = new_figure(
+        1, len(modes), figsize=(4.4 * len(modes), 3.8), squeeze=False, layout="constrained"
     )
     markers = {"identity (OLS)": "s", "softmax": "*"}
     for ax, mode in zip(axes[0], modes, strict=True):

@@ -44,7 +44,7 @@ def heatmaps(
     rows_shown: int = 40,
 ) -> FigureRecord:
     """One row of labelled heatmaps for data mode ``mode`` (see module docstring)."""
-    import matplotlib.pyplot as plt
+    from attnreg.output import new_figure
 
     k = rows_shown
     panels: list[tuple[str, torch.Tensor]] = [("H = X(XᵀX+λI)⁻¹Xᵀ", extras["hat"][:k, :k])]
@@ -66,7 +66,7 @@ def heatmaps(
     if white is not None:
         panels.append(("W_q W_kᵀ effective\n(whitening built in)", white.matrices["metric"]))
     panels.append(("S⁻¹ (S = XᵀX/N)", extras["s_inv"]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.6), squeeze=False)
+    fig, axes = new_figure(1, len(panels), figsize=(3.2 * len(panels), 3.6), squeeze=False)
     image = None
     for ax, (title, mat) in zip(axes[0], panels, strict=True):
         image = ax.imshow(_normalised(mat), cmap="RdBu_r", vmin=-1, vmax=1)
@@ -95,10 +95,10 @@ def effective_weights(
     extras: dict[str, dict[str, torch.Tensor]],
 ) -> FigureRecord:
     """Grouped bars: true ``w``, ridge ``β̂`` and the attention's ``M XᵀY / N`` per feature."""
-    import matplotlib.pyplot as plt
+    from attnreg.output import new_figure
 
     modes = list(datasets)
-    fig, axes = plt.subplots(1, len(modes), figsize=(5 * len(modes), 3.6), squeeze=False)
+    fig, axes = new_figure(1, len(modes), figsize=(5 * len(modes), 3.6), squeeze=False)
     for ax, mode in zip(axes[0], modes, strict=True):
         data = datasets[mode]
         ax.set_prop_cycle(None)
@@ -140,8 +140,9 @@ def effective_weights(
 
 def test_mse_chart(rows: list[dict[str, Any]]) -> FigureRecord:
     """Test MSE per trained cell (a dot per cell) and data mode, ridge/OLS as lines."""
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+
+    from attnreg.output import new_figure
 
     modes = list(dict.fromkeys(r["data"] for r in rows))
     cells = list(
@@ -152,7 +153,7 @@ def test_mse_chart(rows: list[dict[str, Any]]) -> FigureRecord:
         )
     )
     colours = {"softmax": "tab:orange", "regression": "tab:blue", "whitened": "tab:green"}
-    fig, axes = plt.subplots(
+    fig, axes = new_figure(
         1,
         len(modes),
         figsize=(3.2 * len(modes) + 2, 0.17 * len(cells) + 1.8),

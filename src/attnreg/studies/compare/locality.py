@@ -139,10 +139,10 @@ def figure(
     rows: list[dict[str, Any]], values: dict[str, dict[str, dict[str, np.ndarray]]]
 ) -> FigureRecord:
     """Box plots per data mode: PR / N (top) and relative distance (bottom) per operator."""
-    import matplotlib.pyplot as plt
+    from attnreg.output import new_figure
 
     modes = list(values)
-    fig, axes = plt.subplots(2, len(modes), figsize=(4 * len(modes), 6), squeeze=False)
+    fig, axes = new_figure(2, len(modes), figsize=(4 * len(modes), 6), squeeze=False)
     for j, mode in enumerate(modes):
         n = next(r["n_context"] for r in rows if r["data"] == mode)
         ops = list(values[mode])

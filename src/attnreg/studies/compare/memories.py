@@ -177,11 +177,11 @@ def _summary(rows: list[dict[str, Any]]) -> str:
 def figure(rows: list[dict[str, Any]]) -> FigureRecord:
     """Grouped bars: relative MSE to OLS on B (log scale) per scenario for slow A + fast A
     (= OLS on A), slow A + fast B and slow B + fast A (slow B + fast B is OLS on B: 0)."""
-    import matplotlib.pyplot as plt
+    from attnreg.output import new_figure
 
     groups = list(dict.fromkeys((r["data"], r["scenario"]) for r in rows))
     pairs = [("A", "A"), ("A", "B"), ("B", "A")]
-    fig, ax = plt.subplots(figsize=(1.8 * len(groups) + 3, 3.6), constrained_layout=True)
+    fig, ax = new_figure(figsize=(1.8 * len(groups) + 3, 3.6), layout="constrained")
     idx = np.arange(len(groups))
     width = 0.27
     for i, (slow, fast) in enumerate(pairs):

@@ -200,11 +200,11 @@ def tables(result: OLSTransformerResult) -> dict[str, list[dict[str, Any]]]:
 
 def make_figures(result: OLSTransformerResult) -> list[FigureRecord]:
     """Functional convergence, structural convergence and shift sensitivity (one figure each)."""
-    import matplotlib.pyplot as plt
+    from attnreg.output import new_figure
 
     names = list(dict.fromkeys(c["data"] for c in result.curves))
     records = []
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), squeeze=False, constrained_layout=True)
+    fig, axes = new_figure(1, 2, figsize=(10, 3.8), squeeze=False, layout="constrained")
     for ax, key, title in zip(
         axes[0],
         ("rel_mse_to_ols_train", "rel_mse_to_ols_test"),
@@ -228,7 +228,7 @@ def make_figures(result: OLSTransformerResult) -> list[FigureRecord]:
         )
     )
     colours = dict(zip(names, ("tab:blue", "tab:red", "tab:green", "tab:purple"), strict=False))
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    fig, ax = new_figure(figsize=(6, 3.6))
     for name in names:
         c = [r for r in result.curves if r["data"] == name]
         steps = [max(r["step"], 1) for r in c]
@@ -257,8 +257,8 @@ def make_figures(result: OLSTransformerResult) -> list[FigureRecord]:
         )
     )
     kinds = [k for k in SHIFTS if any(r["shift"] == k for r in result.shifts)]
-    fig, axes = plt.subplots(
-        1, len(kinds), figsize=(4 * len(kinds), 3.8), squeeze=False, constrained_layout=True
+    fig, axes = new_figure(
+        1, len(kinds), figsize=(4 * len(kinds), 3.8), squeeze=False, layout="constrained"
     )
     styles = {"trained": "-", "constructed (weights": "--", "constructed (refit": ":"}
     for ax, kind in zip(axes[0], kinds, strict=True):

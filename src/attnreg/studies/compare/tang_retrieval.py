@@ -155,10 +155,10 @@ def _summary(rows: list[dict[str, Any]], cfg: CompareConfig) -> str:
 
 def figure(rows: list[dict[str, Any]], cfg: CompareConfig) -> FigureRecord:
     """Accuracy against ρ per similarity × separation, one panel per N."""
-    import matplotlib.pyplot as plt
+    from attnreg.output import new_figure
 
     ns = list(dict.fromkeys(r["n_patterns"] for r in rows))
-    fig, axes = plt.subplots(1, len(ns), figsize=(4.5 * len(ns), 3.6), squeeze=False)
+    fig, axes = new_figure(1, len(ns), figsize=(4.5 * len(ns), 3.6), squeeze=False)
     styles = {"dot": "--", "whitened dot": "-"}
     colours = {"identity": "tab:blue", "softmax": "tab:orange"}
     for ax, n in zip(axes[0], ns, strict=True):

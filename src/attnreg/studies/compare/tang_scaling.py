@@ -218,14 +218,14 @@ def _summary(rows: list[dict[str, Any]], cfg: CompareConfig) -> str:
 
 def figure(rows: list[dict[str, Any]]) -> FigureRecord:
     """Test MSE / ridge's per scenario and preprocessing, one panel per (separation, rule)."""
-    import matplotlib.pyplot as plt
+    from attnreg.output import new_figure
 
     panels = [
         ("identity", "validated", "identity, best global scale c"),
         ("softmax", "1/sqrt(d_k)", "softmax, β = 1/√d_k"),
         ("softmax", "validated", "softmax, best global β"),
     ]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), squeeze=False, sharey=True)
+    fig, axes = new_figure(1, 3, figsize=(13, 3.6), squeeze=False, sharey=True)
     idx = np.arange(len(SCENARIOS))
     width = 0.27
     for ax, (sep, rule, title) in zip(axes[0], panels, strict=True):

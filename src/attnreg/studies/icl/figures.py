@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
 from attnreg.estimators import optimal_preconditioner
 from attnreg.models import TrainableLSA, gd_products
+from attnreg.output import new_figure
 from attnreg.studies.common import FigureRecord
 from attnreg.studies.icl.config import MODEL_SPECS, ICLConfig
 from attnreg.studies.icl.train import make_sampler
@@ -38,7 +38,7 @@ def make_figures(
     # 1. training loss with reference lines
     n = len(results)
     if n:
-        fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.4), squeeze=False)
+        fig, axes = new_figure(1, n, figsize=(4 * n, 3.4), squeeze=False)
         for ax, (name, res) in zip(axes[0], results.items(), strict=True):
             spec = MODEL_SPECS[name]
             width = max(1, len(res.losses) // 100)
@@ -75,7 +75,7 @@ def make_figures(
 
     # 2. alignment over training
     if any(histories.values()):
-        fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+        fig, axes = new_figure(1, 2, figsize=(9, 3.4))
         for name, hist in histories.items():
             if not hist:
                 continue
@@ -100,7 +100,7 @@ def make_figures(
     # 3. loss against the number of context examples
     sweep = [r for r in rows if r.get("kind") == "context_sweep"]
     if sweep:
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = new_figure(figsize=(6, 4))
         for name in dict.fromkeys(r["model"] for r in sweep):
             pts = [(r["n_ctx"], r["test_loss"]) for r in sweep if r["model"] == name]
             xs, ys = zip(*pts, strict=True)
@@ -146,7 +146,7 @@ def make_figures(
     if panels:
         cols = 2
         rows_n = (len(panels) + 1) // cols
-        fig, axes = plt.subplots(rows_n, cols, figsize=(7, 3.2 * rows_n), squeeze=False)
+        fig, axes = new_figure(rows_n, cols, figsize=(7, 3.2 * rows_n), squeeze=False)
         for ax, (title, mat) in zip(axes.flat, panels, strict=False):
             m = torch.as_tensor(mat).to(torch.float64).numpy()
             lim = float(np.abs(m).max()) or 1.0
@@ -169,7 +169,7 @@ def make_figures(
     # 5. out-of-distribution
     ood = [r for r in rows if r.get("kind") == "ood"]
     if ood:
-        fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+        fig, axes = new_figure(1, 2, figsize=(9, 3.4))
         for ax, shift in zip(axes, ("input_scale", "teacher_scale"), strict=True):
             sub = [r for r in ood if r["shift"] == shift]
             for name in dict.fromkeys(r["model"] for r in sub):

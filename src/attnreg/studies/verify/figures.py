@@ -11,10 +11,10 @@ from attnreg.studies.verify.config import VerifyConfig
 
 def certificate_figure(rows: list[dict[str, Any]], cfg: VerifyConfig) -> FigureRecord:
     """Relative error of every check against its tolerance (log scale), one panel per dtype."""
-    import matplotlib.pyplot as plt
+    from attnreg.output import new_figure
 
     names = sorted({r["construction"] for r in rows}, key=[r["construction"] for r in rows].index)
-    fig, axes = plt.subplots(
+    fig, axes = new_figure(
         1,
         len(cfg.dtypes),
         figsize=(6 * len(cfg.dtypes), 0.35 * len(names) + 1.5),
