@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import matplotlib.pyplot as plt
-
+from attnreg.output import new_figure
 from attnreg.studies.common import FigureRecord
 from attnreg.studies.layers.config import LayersConfig
 from attnreg.studies.layers.memory import memories
@@ -26,7 +25,7 @@ def _curve(rows: list[dict[str, Any]], kind: str, model: str) -> tuple[list[int]
 
 def _positions(cfg: LayersConfig, rows: list[dict[str, Any]]) -> FigureRecord:
     kinds, layers = cfg.tasks, cfg.layers
-    fig, axes = plt.subplots(
+    fig, axes = new_figure(
         len(kinds),
         len(layers),
         figsize=(2.6 * len(layers), 2.5 * len(kinds)),
@@ -84,9 +83,7 @@ def _positions(cfg: LayersConfig, rows: list[dict[str, Any]]) -> FigureRecord:
 def _memory(cfg: LayersConfig, rows: list[dict[str, Any]]) -> FigureRecord:
     mem = [r for r in rows if r["kind"] == "memory"]
     rhos = cfg.memory_rhos
-    fig, axes = plt.subplots(
-        2, len(rhos), figsize=(3.2 * len(rhos), 5.2), squeeze=False, sharex=True
-    )
+    fig, axes = new_figure(2, len(rhos), figsize=(3.2 * len(rhos), 5.2), squeeze=False, sharex=True)
     for j, rho in enumerate(rhos):
         for c, m in enumerate(memories(cfg)):
             mine = sorted(
