@@ -48,7 +48,9 @@ def test_lms_is_one_widrow_hoff_pass_in_order():
     assert np.abs(reversed_ - got).max() > 1e-3  # online: the order of the pairs matters
     long = _tasks(1, b=2, n=100, d=3, m=2)  # beyond the recurrent threshold: the chunked form
     want = np.stack([_lms_loop(*(t[b].numpy() for t in long), 0.8) for b in range(2)])
-    np.testing.assert_allclose(LMS(0.8).predict(*long).numpy(), want, rtol=0, atol=1e-12)
+    # 100 steps of 2d + 2 operations plus the chunked form's triangular solves: 1e4·u
+    tol = 1e4 * U64 * np.abs(want).max()
+    np.testing.assert_allclose(LMS(0.8).predict(*long).numpy(), want, rtol=0, atol=tol)
     with pytest.raises(ValueError, match="beta"):
         LMS(0.0)
 

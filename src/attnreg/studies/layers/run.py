@@ -208,7 +208,9 @@ def _summarise(
     )
     for r in layer_rows:
         symbol = "β" if r["layer"] in ("delta", "longhorn") else "λ"
-        learned = "" if r["learned"] is None else f"learned {symbol} {r['learned']:.3g}; "
+        learned = (
+            "" if r["learned"] is None else f"learned {symbol} {r['learned']:.3g} on keys W_K x; "
+        )
         family = r["best_family"] or "no family"
         summary[f"{r['tasks']} · {r['layer']}"] = (
             f"{family} ({r['best_params']}; R² {r['best_r2']:.4f}); {learned}loss at n = "
