@@ -46,6 +46,8 @@ PAGES = {
     "tutorials/everything-is-matter.html",
     "tutorials/memory-capacity.html",
     "tutorials/bring-your-own-attention.html",
+    "tutorials/every-sequence-layer.html",
+    "tutorials/what-depth-buys.html",
     "mathematics.html",
     "howto.html",
     "api.html",

@@ -90,6 +90,12 @@ def test_an_unavailable_device_is_refused_when_the_config_is_built(study):
         ("capacity", {"ols_energy_cases": [[8, 16]]}, "ols_energy_cases"),
         ("capacity", {"min_softmax_growth_r2": 1.5}, "min_softmax_growth_r2"),
         ("capacity", {"softmax_flips": 9, "softmax_d": [8, 10]}, "softmax_flips"),
+        ("depth", {"kappas": [0.5]}, "kappas: each must be a finite number >= 1"),
+        ("depth", {"eps": [1.0]}, "eps: each must lie in (0, 1)"),
+        ("depth", {"train_layers": []}, "train_layers"),
+        ("depth", {"noise_n_ctx": [0]}, "noise_n_ctx"),
+        ("depth", {"sigma": -0.1}, "sigma"),
+        ("depth", {"threads": 0}, "threads"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(study, changes, needle):

@@ -267,3 +267,83 @@ def test_the_mesa_rows_tolerance_is_the_worst_prefix_condition():
     u = np.finfo(np.float32).eps / 2
     assert huge["tol"] == pytest.approx(max(1e-4, u * worst), rel=1e-12)
     assert huge["tol"] > 10 * 1e-4  # the full design alone would give the flat 1e-4
+
+
+# ---- the sequence layers ----------------------------------------------------------------------
+
+SEQUENCE_LAYERS = (
+    "linear attention",
+    "per-token decay (GLA)",
+    "delta rule (DeltaNet)",
+    "gated delta rule",
+    "Longhorn",
+    "Mesa",
+    "softmax attention",
+    "local linear attention",
+)
+
+
+def test_every_sequence_layer_has_a_passing_row_on_every_case_and_dtype():
+    rows = [r for r in certificate(VerifyConfig(seed=4)) if r["construction"].startswith("seq")]
+    for word in SEQUENCE_LAYERS:
+        mine = [r for r in rows if word in r["construction"]]
+        assert {(r["shape"], r["dtype"]) for r in mine} == {
+            (c.describe(), d) for c in CASES for d in ("float64", "float32")
+        }, word
+        assert all(r["passed"] for r in mine), [(r["shape"], r["rel_err"], r["tol"]) for r in mine]
+
+
+def test_sequence_tokens_put_the_context_first_and_the_queries_after_zero_keys():
+    from attnreg.studies.verify.sequence_rows import sequence_tokens
+
+    case = _case("N>d")
+    data = make_task(case, "float32", np.random.default_rng(0))
+    tokens = sequence_tokens(data, "float32")
+    n, m = case.n, data["q"].shape[1]
+    q, k, v = tokens["q"][0], tokens["k"][0], tokens["v"][0]
+    assert q.shape == (n + m, case.d) and v.shape == (n + m, case.dy)
+    np.testing.assert_array_equal(q.astype(np.float32).astype(np.float64), q)  # dtype numbers
+    np.testing.assert_allclose(np.linalg.norm(q, axis=1), 1.0, rtol=1e-6)  # unit rows
+    np.testing.assert_array_equal(k[:n], q[:n])
+    assert np.all(k[n:] == 0) and np.all(v[n:] == 0)
+    np.testing.assert_array_equal(v[:n], data["y"][0])
+    np.testing.assert_allclose(q[n:] * np.linalg.norm(data["q"][0], axis=1)[:, None], data["q"][0])
+
+
+def test_at_the_query_positions_mesa_reads_out_the_ridge_fit_to_the_context():
+    """With β = 1, no decay and one λ, the zero-key query positions of the Mesa reference give
+    scikit-learn's ridge fitted to the (unit-row) context, read at the queries."""
+    rng = np.random.default_rng(5)
+    n, m, d = 20, 4, 5
+    x, y, xq = rng.normal(size=(n, d)), rng.normal(size=(n, 2)), rng.normal(size=(m, d))
+    x, xq = x / np.linalg.norm(x, axis=1)[:, None], xq / np.linalg.norm(xq, axis=1)[:, None]
+    q, k = np.vstack([x, xq]), np.vstack([x, np.zeros((m, d))])
+    v = np.vstack([y, np.zeros((m, 2))])
+    out, _ = ref.weighted_ridge_per_prefix(q, k, v, np.ones(n + m), np.ones(n + m), np.full(d, 0.3))
+    direct = SkRidge(alpha=0.3, fit_intercept=False).fit(x, y).predict(xq)
+    np.testing.assert_allclose(out[n:], direct, atol=1e-12)
+
+
+def test_the_sequence_references_against_closed_forms():
+    """The decayed sum against its formula; the implicit step against the LMS loop with the
+    step β/(1 + β‖k‖²) (Sherman–Morrison); the local-linear fit against its normal equations."""
+    rng = np.random.default_rng(6)
+    t_len, d = 9, 3
+    q, k, v = (rng.normal(size=(t_len, w)) for w in (d, d, 2))
+    alpha, beta = rng.uniform(0.5, 1, t_len), rng.uniform(0, 2, t_len)
+    out, _ = ref.decayed_sum(q, k, v, alpha)
+    t = 6
+    want = sum(np.prod(alpha[i + 1 : t + 1]) * (q[t] @ k[i]) * v[i] for i in range(t + 1))
+    np.testing.assert_allclose(out[t], want, atol=1e-13)
+    eps = beta / (1 + beta * (k * k).sum(1))
+    implicit, _ = ref.implicit_step_loop(q, k, v, beta)
+    lms, _ = ref.lms_loop(q, k, v, eps, np.ones(t_len))
+    np.testing.assert_allclose(implicit, lms, atol=1e-12)
+    lam, scale = 0.4, 0.7
+    fit, _ = ref.local_linear_fit(q, k, v, lam, scale)
+    s = scale * (k[: t + 1] @ q[t])
+    w = np.exp(s) / np.exp(s).sum()
+    z = np.hstack([np.ones((t + 1, 1)), k[: t + 1] - q[t]])
+    penalty = np.diag([0.0] + [lam] * d)
+    coef = np.linalg.solve(z.T @ (w[:, None] * z) + penalty, z.T @ (w[:, None] * v[: t + 1]))
+    np.testing.assert_allclose(fit[t], coef[0], atol=1e-12)

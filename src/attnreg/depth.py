@@ -125,11 +125,14 @@ def contraction_layers(kappa: float, eps: float) -> int:
     return 1 if c <= 0 else max(1, math.ceil(math.log(eps) / math.log(c)))
 
 
-def newton_layers(rho: float, eps: float) -> int:
+def newton_layers(rho: float, eps: float) -> int | None:
     """``‖I − S M_k‖ = ρ^{2^k} ≤ ε`` after ``k = ⌈log₂(ln ε / ln ρ)⌉`` steps; the stack shows
-    ``M_k``'s prediction after layer ``2k + 1`` (``M_0``'s after layer 2)."""
+    ``M_k``'s prediction after layer ``2k + 1`` (``M_0``'s after layer 2). ``None`` when ``ρ``
+    rounds to 1 (``α λ_min² < u``: ``κ̂² ≳ 1/u``, no count the float64 start can promise)."""
     if rho <= eps:
         return 2
+    if rho >= 1:
+        return None
     k = max(0, math.ceil(math.log2(math.log(eps) / math.log(rho))))
     return max(2 * k + 1, 2)
 

@@ -21,6 +21,7 @@ PACKAGES = (
     "attnreg.studies.compare",
     "attnreg.studies.icl",
     "attnreg.studies.capacity",
+    "attnreg.studies.depth",
     "attnreg.studies.layers",
 )
 ENVIRONMENT = "ATTNREG_STUDIES"

@@ -6,7 +6,10 @@ For every construction — the OLS-Transformer of Tan & Zhao (``W_Q = W_K = W_V 
 2023; GD++ and the preconditioned step of Ahn et al. 2023) and the mesa layer (causal ridge by
 recursive least squares) — build the transformer module from task data, run its forward pass,
 and compare with an independent numpy / scikit-learn reference
-(:mod:`attnreg.studies.verify.references`) on the same (dtype-rounded) data.
+(:mod:`attnreg.studies.verify.references`) on the same (dtype-rounded) data. The sequence
+layers of :mod:`attnreg.sequence` get a row each on every case too, each task read as one causal
+sequence (:mod:`attnreg.studies.verify.sequence_rows`, which states their token mapping and
+their rounding-error tolerances).
 
 Task shapes (:data:`CASES`): random designs with ``N > d``, ``N = d``, ``N < d`` (rank N), several
 targets, a batch, an ill-conditioned design; and the degenerate designs users have — an all-zero
@@ -89,6 +92,7 @@ from attnreg.core.threads import torch_threads
 from attnreg.core.whitening import ConditioningWarning, RankWarning
 from attnreg.studies.verify import references as ref
 from attnreg.studies.verify.config import DTYPES, VerifyConfig
+from attnreg.studies.verify.sequence_rows import sequence_rows
 
 NP_DTYPES: dict[str, type[np.floating[Any]]] = {"float64": np.float64, "float32": np.float32}
 SCALE_EXPONENT = {"float64": 664, "float32": 83}
@@ -376,17 +380,23 @@ def _scale_for_gd(x: np.ndarray) -> float:
 
 
 def certificate(cfg: VerifyConfig | None = None) -> list[dict[str, Any]]:
-    """Run every construction on every case and dtype; one row per (construction, case, dtype)."""
+    """Run every construction and every sequence layer
+    (:mod:`~attnreg.studies.verify.sequence_rows`) on every case and dtype; one row per
+    (construction, case, dtype)."""
     cfg = cfg or VerifyConfig()
     rows: list[dict[str, Any]] = []
     with torch_threads(1):  # hundreds of tiny layers: intra-op threads only synchronise
         for dtype in cfg.dtypes:
             rng = np.random.default_rng(cfg.seed)
-            for case in CASES:
+            for index, case in enumerate(CASES):
                 data = make_task(case, dtype, rng)
                 k = scale_exponent(case, dtype)
                 for check in _checks(case, cfg, rng, k):
                     rows.append(_compare(check, data, k, case, dtype, cfg))
+                own = np.random.default_rng([cfg.seed, index])  # leaves `rng`'s draws as they were
+                for seq in sequence_rows(data, k, dtype, cfg, own):
+                    row = (seq.construction, seq.reference, seq.bound)
+                    rows.append(_measure(row, seq.run, seq.expected, case, dtype, cfg))
     return rows
 
 
@@ -415,11 +425,39 @@ def _compare(
     # limit 0 where λ/a² overflows) is below the dtype's range, and the contract is a
     # ValueError saying so, never zeros
     below_range = bool(check.lam and np.all(np.abs(expected) < floor))
+    bound = 0.0
+    if check.lam is not None:
+        unit = float(np.finfo(NP_DTYPES[dtype]).eps) / 2
+        factor = 2.0 * np.sqrt(max(x.shape[-2:])) if check.forms_gram else 1.0
+        prefixes = range(1, x.shape[-2] + 1) if check.per_prefix else [x.shape[-2]]
+        kappa = max(inverted_condition(x[:, :n], check.lam) for n in prefixes)
+        bound = factor * unit * kappa
+    row = (check.construction, check.reference, bound)
+    return _measure(
+        row, lambda: check.build(xt, yt, qt, dt), expected, case, dtype, cfg, below_range
+    )
+
+
+def _measure(
+    row: tuple[str, str, float],
+    build: Callable[[], Any],
+    expected: np.ndarray,
+    case: Case,
+    dtype: str,
+    cfg: VerifyConfig,
+    below_range: bool = False,
+) -> dict[str, Any]:
+    """One row's dict: ``build()`` against ``expected``; ``row`` is (construction, reference,
+    the relative error bound), the tolerance ``max(base, bound) · tol_scale``. ``below_range``:
+    the exact answer is below the dtype's range, and only a ``ValueError`` saying it
+    underflowed passes."""
+    construction, reference, bound = row
+    floor = float(np.finfo(NP_DTYPES[dtype]).tiny)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RankWarning)
             warnings.simplefilter("ignore", ConditioningWarning)
-            got = check.build(xt, yt, qt, dt)
+            got = build()
         got = got.detach().to(torch.float64).numpy() if isinstance(got, torch.Tensor) else got
         got = np.asarray(got, dtype=np.float64).reshape(expected.shape)
         problem = None if np.all(np.isfinite(got)) else "returned inf/NaN"
@@ -433,22 +471,15 @@ def _compare(
             problem, max_abs = None, 0.0  # the refusal the contract asks for
     if problem is not None:
         warnings.warn(
-            f"verify: {check.construction} on {case.describe()} ({dtype}) {problem}",
+            f"verify: {construction} on {case.describe()} ({dtype}) {problem}",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     rel = max_abs / max(float(np.max(np.abs(expected))), floor)
-    unit = float(np.finfo(NP_DTYPES[dtype]).eps) / 2
-    tol = cfg.tolerance[dtype]
-    if check.lam is not None:
-        factor = 2.0 * np.sqrt(max(x.shape[-2:])) if check.forms_gram else 1.0
-        prefixes = range(1, x.shape[-2] + 1) if check.per_prefix else [x.shape[-2]]
-        kappa = max(inverted_condition(x[:, :n], check.lam) for n in prefixes)
-        tol = max(tol, factor * unit * kappa)
-    tol *= cfg.tol_scale
+    tol = max(cfg.tolerance[dtype], bound) * cfg.tol_scale
     return {
-        "construction": check.construction,
-        "reference": check.reference,
+        "construction": construction,
+        "reference": reference,
         "dtype": dtype,
         "shape": case.describe(),
         "max_abs_err": max_abs,

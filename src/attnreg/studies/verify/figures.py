@@ -41,7 +41,7 @@ def certificate_figure(rows: list[dict[str, Any]], cfg: VerifyConfig) -> FigureR
     axes[0][0].invert_yaxis()
     return FigureRecord(
         "verify_certificate",
-        "Every construction's forward pass against its independent "
+        "Every construction's and sequence layer's forward pass against its independent "
         f"reference over {len(CASES)} task shapes (seed {cfg.seed}); each dot is "
         "one shape, each red bar its tolerance (the far bars: the condition-scaled tolerance "
         "of the ill-conditioned shape).",

@@ -1,7 +1,8 @@
 """Independent references for ``attnreg verify``: numpy and scikit-learn only, no torch.
 
 Each function takes unbatched numpy arrays ``X (N, d)``, ``Y (N, dy)``, ``X* (M, d)`` and
-returns the reference predictions; they share no code with the constructions they check.
+returns the reference predictions; they share no code with the constructions they check. The
+sequence layers' references (the second half) take one sequence ``q, k (T, d)``, ``v (T, d_v)``.
 Rank-deficient designs get the minimum-norm least-squares answer (``numpy.linalg.lstsq``, the
 pseudo-inverse: singular values at or below ``max(N, d) · eps · σ_max`` count as zero).
 
@@ -114,3 +115,148 @@ def ridge_per_prefix(x: Array, y: Array, lam: float) -> Array:
             beta = vt.T @ ((s / (s**2 + lam))[:, None] * (u.T @ yt))
         out[t] = x[t] @ beta
     return out
+
+
+# ---- the sequence layers (attnreg.sequence), one sequence at a time ------------------------
+# Arrays ``q, k (T, d)``, ``v (T, d_v)``, per-token parameters ``(T,)``; each returns the
+# outputs ``(T, d_v)`` and the per-position magnitude ``m (T,)`` of the layer's rounding-error
+# bound ``|ô_t − o_t| ≤ u · m_t`` (u the unit roundoff of the dtype the layer computes in), as
+# stated per function. The regression map is ``W`` (``d_v × d``), read out as ``o_t = W_t q_t``.
+
+
+def decay_weights(alpha: Array) -> Array:
+    """``γ[t, i] = Π_{i<j≤t} α_j`` for ``i ≤ t`` and 0 above, by running products."""
+    t_len = len(alpha)
+    g = np.zeros((t_len, t_len))
+    for t in range(t_len):
+        prod = 1.0
+        for i in range(t, -1, -1):
+            g[t, i] = prod
+            prod *= alpha[i]
+    return g
+
+
+def _log_budget(alpha: Array) -> Array:
+    """``n_t = (t + 1)(1 + Σ_{j≤t} |log α_j|)``: a prefix's summation length, widened by the
+    cumulative log-decay whose rounding a log-space (chunked) form carries into ``γ``."""
+    return np.arange(1, len(alpha) + 1) * (1 + np.cumsum(np.abs(np.log(alpha))))
+
+
+def decayed_sum(q: Array, k: Array, v: Array, alpha: Array) -> tuple[Array, Array]:
+    """Linear attention: ``o_t = Σ_{i≤t} γ_{t,i} (q_tᵀ k_i) v_i`` (one gradient step of size 1
+    from ``W = 0`` on ``½ Σ γ_{t,i} ‖W k_i − v_i‖²``). Bound: sums of products of length
+    ``d + n_t``, ``m_t = 4 (d + n_t) max_c Σ_i γ_{t,i} |q_t|ᵀ|k_i| |v_{ic}|``."""
+    g = decay_weights(alpha)
+    mag = (g * (np.abs(q) @ np.abs(k).T)) @ np.abs(v)
+    return (g * (q @ k.T)) @ v, 4 * (k.shape[1] + _log_budget(alpha)) * mag.max(axis=1)
+
+
+def lms_loop(q: Array, k: Array, v: Array, beta: Array, alpha: Array) -> tuple[Array, Array]:
+    """The (gated) delta rule as online least squares: ``W ← α_t W``, then the gradient step
+    ``W ← W − β_t (W k_t − v_t) k_tᵀ`` on ``½‖W k_t − v_t‖²``, ``o_t = W q_t``. Bound (for
+    ``0 ≤ β_t ‖k_t‖² ≤ 2``, where each step is no expansion and rounding is not amplified): at
+    most ``u · O(d + n_t) · m'_i`` added per step, ``m_t = 8 (d + n_t) (t + 1) ‖q_t‖ m'_t`` with
+    ``m'_t = Σ_{i≤t} γ_{t,i} β_i ‖k_i‖ ‖v_i‖``."""
+    w = np.zeros((v.shape[1], k.shape[1]))
+    out, mags, mag = [], [], 0.0
+    for t in range(len(k)):
+        w = alpha[t] * w
+        w = w - beta[t] * np.outer(w @ k[t] - v[t], k[t])
+        mag = alpha[t] * mag + beta[t] * np.linalg.norm(k[t]) * np.linalg.norm(v[t])
+        out.append(w @ q[t])
+        mags.append(mag)
+    steps = np.arange(1, len(k) + 1)
+    bound = 8 * (k.shape[1] + _log_budget(alpha)) * steps * np.linalg.norm(q, axis=1)
+    return np.array(out), bound * np.array(mags)
+
+
+def implicit_step_loop(q: Array, k: Array, v: Array, beta: Array) -> tuple[Array, Array]:
+    """Longhorn: ``W_t = argmin_W ‖W − W_{t−1}‖²_F + β_t ‖W k_t − v_t‖²`` solved from its normal
+    equations ``W (I + β_t k_t k_tᵀ) = W_{t−1} + β_t v_t k_tᵀ`` (``numpy.linalg.solve``),
+    ``o_t = W_t q_t``. Bound: the delta rule's (:func:`lms_loop`) with the step
+    ``ε_t = β_t / (1 + β_t ‖k_t‖²)`` (``ε_t ‖k_t‖² < 1``: no expansion)."""
+    d = k.shape[1]
+    w = np.zeros((v.shape[1], d))
+    out = []
+    for t in range(len(k)):
+        lhs = np.eye(d) + beta[t] * np.outer(k[t], k[t])
+        w = np.linalg.solve(lhs, (w + beta[t] * np.outer(v[t], k[t])).T).T
+        out.append(w @ q[t])
+    eps = beta / (1 + beta * (k * k).sum(1))
+    return np.array(out), lms_loop(q, k, v, eps, np.ones(len(k)))[1]
+
+
+def weighted_ridge_per_prefix(
+    q: Array, k: Array, v: Array, beta: Array, alpha: Array, lam: Array
+) -> tuple[Array, Array]:
+    """Mesa: ``W_t = argmin_W Σ_{i≤t} γ_{t,i} β_i ‖W k_i − v_i‖² + Σ_j λ_j ‖W e_j‖²`` by
+    ``numpy.linalg.lstsq`` on the stacked rows ``√(γβ) k_i`` and ``√λ_j e_j``, ``o_t = W_t q_t``.
+    Bound (forming ``A_t = H^{kk}_t + Λ``, ``H^{kv}_t`` and one solve ``A_t x_t = q_t``):
+    ``m_t = 8 (d + n_t) ‖x_t‖ (‖A_t⁻¹‖ M^{kk}_t ‖H^{kv}_t‖ + M^{kv}_t)`` with the magnitudes
+    ``M^{kk}_t = Σ γβ‖k_i‖² + max λ``, ``M^{kv}_t = Σ γβ‖k_i‖‖v_i‖`` (the solve's error
+    ``‖A⁻¹‖ ‖ΔA‖ ‖x‖``: ``u κ`` relative)."""
+    g = decay_weights(alpha)
+    penalty = np.diag(np.sqrt(lam))
+    out, mags = [], []
+    for t in range(len(k)):
+        weights = g[t, : t + 1] * beta[: t + 1]
+        c = np.sqrt(weights)[:, None]
+        rows = np.vstack([c * k[: t + 1], penalty])
+        targets = np.vstack([c * v[: t + 1], np.zeros((len(lam), v.shape[1]))])
+        out.append(q[t] @ np.linalg.lstsq(rows, targets, rcond=None)[0])
+        inverse = np.linalg.inv(rows.T @ rows)
+        kv = (c * k[: t + 1]).T @ (c * v[: t + 1])
+        norms = np.linalg.norm(k[: t + 1], axis=1)
+        m_kk = weights @ norms**2 + lam.max()
+        m_kv = weights @ (norms * np.linalg.norm(v[: t + 1], axis=1))
+        x_norm = np.linalg.norm(inverse @ q[t])
+        mags.append(x_norm * (np.linalg.norm(inverse, 2) * m_kk * np.linalg.norm(kv, 2) + m_kv))
+    return np.array(out), 8 * (k.shape[1] + _log_budget(alpha)) * np.array(mags)
+
+
+def _softmax_weights(q: Array, k: Array, scale: float, t: int) -> Array:
+    """``w_{t,i} = softmax_{i≤t}(scale · q_tᵀ k_i)``, shifted by the largest score."""
+    s = scale * (k[: t + 1] @ q[t])
+    e = np.exp(s - s.max())
+    return e / e.sum()
+
+
+def _spread(q: Array, k: Array, scale: float, t: int) -> float:
+    """``d |scale| ‖q_t‖ max_{i≤t} ‖k_i‖``: the rounding of the scores, relative in the weights."""
+    reach = np.linalg.norm(k[: t + 1], axis=1).max()
+    return float(k.shape[1] * abs(scale) * np.linalg.norm(q[t]) * reach)
+
+
+def kernel_smoother(q: Array, k: Array, v: Array, scale: float) -> tuple[Array, Array]:
+    """Softmax attention as the Nadaraya–Watson smoother: ``o_t = argmin_b Σ_{i≤t} w_{t,i}
+    ‖v_i − b‖²``, the weighted mean. Bound: ``m_t = 4 (spread_t + t + 1 + d) max_{i≤t} |v_i|``
+    (the scores' rounding, relative in the weights, and a convex sum of ``t + 1`` terms)."""
+    out, mags = [], []
+    for t in range(len(k)):
+        out.append(_softmax_weights(q, k, scale, t) @ v[: t + 1])
+        spread = _spread(q, k, scale, t)
+        mags.append(4 * (spread + t + 1 + k.shape[1]) * np.abs(v[: t + 1]).max())
+    return np.array(out), np.array(mags)
+
+
+def local_linear_fit(q: Array, k: Array, v: Array, lam: float, scale: float) -> tuple[Array, Array]:
+    """Local linear attention: the intercept of ``min_{b, W} Σ_{i≤t} w_{t,i} ‖v_i − b − W (k_i −
+    q_t)‖² + λ ‖W‖²_F`` by ``numpy.linalg.lstsq`` on the rows ``√w_i [1, (k_i − q_t)ᵀ]`` and
+    ``[0, √λ e_jᵀ]``. Bound: ``m_t = 4 (spread_t + t + 1 + d) κ_t² (max|v_i| + max|Ŵ| max|k_i −
+    q_t|)`` with ``κ_t`` the condition number of those rows (the layer solves the normal
+    equations ``Σ^{kk}_t + λI``, whose condition is ``κ_t²``)."""
+    d, d_v = k.shape[1], v.shape[1]
+    out, mags = [], []
+    ridge_rows = np.hstack([np.zeros((d, 1)), np.sqrt(lam) * np.eye(d)])
+    for t in range(len(k)):
+        c = np.sqrt(_softmax_weights(q, k, scale, t))[:, None]
+        design = np.hstack([np.ones((t + 1, 1)), k[: t + 1] - q[t]])
+        rows = np.vstack([c * design, ridge_rows])
+        targets = np.vstack([c * v[: t + 1], np.zeros((d, d_v))])
+        coef = np.linalg.lstsq(rows, targets, rcond=None)[0]
+        out.append(coef[0])
+        sv = np.linalg.svd(rows, compute_uv=False)
+        size = np.abs(v[: t + 1]).max() + np.abs(coef[1:]).max() * np.abs(design).max()
+        spread = _spread(q, k, scale, t)
+        mags.append(4 * (spread + t + 1 + d) * (sv[0] / sv[-1]) ** 2 * size)
+    return np.array(out), np.array(mags)

@@ -1,0 +1,159 @@
+"""The ``depth`` study's settings: the config dataclass (checks its values when built) and its
+quick and full profiles. A leaf: no torch, no other study module."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from attnreg.config import check_fields
+from attnreg.core.validation import (
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+    check_seed,
+)
+
+
+@dataclass
+class DepthConfig:
+    """``attnreg depth`` settings (every field has a default: the quick profile).
+
+    * The atlas (:mod:`attnreg.depth`): ``atlas_d``, ``kappas``, ``atlas_n_ctx``, ``eps``,
+      ``cap``, ``atlas_queries``, ``atlas_noise``.
+    * Trained deep layers: linear attention stacks of every depth in ``train_layers`` trained
+      on Gaussian inputs with ``κ(Σ)`` in ``train_kappas`` and ``N`` in ``train_n_ctx``
+      (``train_d`` features), ``steps`` Adam steps of ``batch`` tasks at rate ``lr``; each
+      layer matched against ``max_iterates`` iterates of GD, preconditioned GD and
+      Newton–Schulz on ``eval_tasks`` tasks.
+    * Noise: ``w ~ N(0, tau² I)``, ``x ~ N(0, I)`` in ``noise_d`` dimensions, label noise
+      ``sigma``; a stack of ``noise_layers`` layers trained over the context sizes
+      ``noise_n_ctx`` and one trained at ``mixed_n_ctx`` with ``σ ~ U(0, sigma_max)`` per task
+      (Vladymyrov et al. 2024), ``noise_steps`` steps each; curves from ``curve_tasks`` tasks.
+    * Checks: the median over (N, ε) of Newton's measured / theory slope within
+      ``[min_newton_slope_ratio, max_newton_slope_ratio]``; the deepest trained stack's loss at
+      most ``max_depth_loss_ratio`` × the one-layer stack's; the measured noiseless min-norm
+      curve within ``max_curve_z`` standard errors of ``(d − k)/d`` at every ``k < d``.
+    """
+
+    seed: int = 0
+    threads: int = 1
+    atlas_d: int = 8
+    kappas: list[float] = field(default_factory=lambda: [1.0, 10.0, 1e2, 1e3, 1e4])
+    atlas_n_ctx: list[int] = field(default_factory=lambda: [4, 8, 32])
+    eps: list[float] = field(default_factory=lambda: [1e-2, 1e-6, 1e-12])
+    cap: int = 300
+    atlas_queries: int = 16
+    atlas_noise: float = 0.1
+    train_d: int = 10
+    train_layers: list[int] = field(default_factory=lambda: [1, 2, 4])
+    train_kappas: list[float] = field(default_factory=lambda: [1.0, 10.0])
+    train_n_ctx: list[int] = field(default_factory=lambda: [20])
+    steps: int = 500
+    batch: int = 256
+    lr: float = 1e-2
+    init_scale: float = 0.05
+    eval_tasks: int = 1000
+    max_iterates: int = 12
+    noise_d: int = 5
+    noise_n_ctx: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 8, 10, 15, 20])
+    noise_layers: int = 3
+    sigma: float = 0.5
+    tau: float = 1.0
+    sigma_max: float = 1.0
+    mixed_n_ctx: int = 10
+    noise_steps: int = 1500
+    curve_tasks: int = 4000
+    min_newton_slope_ratio: float = 0.5
+    max_newton_slope_ratio: float = 2.0
+    max_depth_loss_ratio: float = 1.0
+    max_curve_z: float = 5.0
+
+    def __post_init__(self) -> None:
+        """Refuse a bad value with a ``ValueError`` naming the key (and the value)."""
+        check_fields(self)
+        check_seed("seed", self.seed)
+        for name in (
+            "threads",
+            "atlas_d",
+            "cap",
+            "atlas_queries",
+            "train_d",
+            "steps",
+            "batch",
+            "eval_tasks",
+            "max_iterates",
+            "noise_d",
+            "noise_layers",
+            "mixed_n_ctx",
+            "noise_steps",
+            "curve_tasks",
+        ):
+            check_positive_int(name, getattr(self, name))
+        for name in ("atlas_n_ctx", "train_layers", "train_n_ctx", "noise_n_ctx"):
+            values = getattr(self, name)
+            if not values:
+                raise ValueError(f"{name}: must list at least one value")
+            for v in values:
+                check_positive_int(name, v)
+        for name in ("kappas", "train_kappas"):
+            values = getattr(self, name)
+            if not values:
+                raise ValueError(f"{name}: must list at least one value")
+            for k in values:
+                if not (math.isfinite(k) and k >= 1):
+                    raise ValueError(f"{name}: each must be a finite number >= 1, got {k}")
+        if not self.eps:
+            raise ValueError("eps: must list at least one value")
+        for e in self.eps:
+            if not 0 < e < 1:
+                raise ValueError(f"eps: each must lie in (0, 1), got {e}")
+        for name in (
+            "lr",
+            "tau",
+            "sigma_max",
+            "min_newton_slope_ratio",
+            "max_newton_slope_ratio",
+            "max_depth_loss_ratio",
+            "max_curve_z",
+        ):
+            check_positive(name, getattr(self, name))
+        for name in ("atlas_noise", "init_scale", "sigma"):
+            check_nonnegative(name, getattr(self, name))
+
+
+def quick_config(**changes: Any) -> DepthConfig:
+    """The quick profile (about 45 s of CPU on one core)."""
+    return DepthConfig(**changes)
+
+
+def full_config(**changes: Any) -> DepthConfig:
+    """The full profile (the published scale): the atlas to 5000 layers over four context
+    sizes, stacks of 1…6 layers at κ ∈ {1, 10, 100} and N ∈ {10, 20, 40}, longer training,
+    ``d = 10`` for the noise curves."""
+    base: dict[str, Any] = {
+        "atlas_n_ctx": [4, 8, 16, 64],
+        "cap": 5000,
+        "train_layers": [1, 2, 3, 4, 5, 6],
+        "train_kappas": [1.0, 10.0, 100.0],
+        "train_n_ctx": [10, 20, 40],
+        "steps": 4000,
+        "batch": 1024,
+        "lr": 3e-3,
+        "eval_tasks": 5000,
+        "max_iterates": 24,
+        "noise_d": 10,
+        "noise_n_ctx": [1, 2, 4, 6, 8, 10, 12, 15, 20, 30, 40],
+        "noise_layers": 5,
+        "mixed_n_ctx": 20,
+        "noise_steps": 4000,
+        "curve_tasks": 20000,
+    }
+    base.update(changes)
+    return DepthConfig(**base)
+
+
+def config_dict(cfg: DepthConfig) -> dict[str, Any]:
+    """The config as a plain dict."""
+    return asdict(cfg)

@@ -1,0 +1,116 @@
+"""``depth`` — depth against conditioning: the depth atlas of the fixed-weight stacks, what
+trained deep layers compute, and noise with the Bayes-optimal estimator.
+
+1. The atlas (:mod:`attnreg.depth`): layers each of GD, GD++, preconditioned GD and
+   Newton–Schulz needs to come within ε of OLS, against the theory, with fitted slopes (GD:
+   layers ∝ κ̂; Newton: ∝ log κ̂).
+2. Trained stacks (:mod:`attnreg.studies.depth.trained`): every layer's prediction matched to
+   the iterates of GD, preconditioned GD and Newton–Schulz (Fu et al. 2024's protocol).
+3. Noise (:mod:`attnreg.studies.depth.noise`): error against the number of context points
+   beside OLS / min-norm, the Bayes-optimal ridge and the closed forms; the mixed-noise setting
+   of Vladymyrov et al. (2024).
+
+The ``--json`` view: the atlas rows (``method``, ``kappa``, ``n_ctx``, ``eps``,
+``layers_needed``, ``theory_layers``, …) and the trained-layer rows (``layer``, ``method``,
+``best_match``, ``match_error``, ``residual_cosine``, …).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from attnreg.core.threads import torch_threads
+from attnreg.depth import AtlasGrid, depth_atlas, fit_slopes
+from attnreg.progress import Progress
+from attnreg.studies.common import FigureRecord, StudyResult
+from attnreg.studies.depth.config import DepthConfig, config_dict
+from attnreg.studies.depth.noise import curve_rows, mixed_rows
+from attnreg.studies.depth.summary import (
+    atlas_summary,
+    lead,
+    middle_eps,
+    noise_summary,
+    trained_summary,
+)
+from attnreg.studies.depth.trained import trained_rows
+
+
+def atlas_grid(cfg: DepthConfig) -> AtlasGrid:
+    """The atlas cells of ``cfg``."""
+    return AtlasGrid(
+        d=cfg.atlas_d,
+        kappas=tuple(cfg.kappas),
+        n_ctx=tuple(cfg.atlas_n_ctx),
+        eps=tuple(cfg.eps),
+        cap=cfg.cap,
+        n_query=cfg.atlas_queries,
+        noise=cfg.atlas_noise,
+        seed=cfg.seed,
+    )
+
+
+def run(cfg: DepthConfig | None = None, progress: Progress | None = None) -> StudyResult:
+    """The atlas, the trained stacks and the noise curves of ``cfg`` (module docstring); rows,
+    figures, summary and checks. Writes nothing. Runs with ``cfg.threads`` torch threads."""
+    cfg = cfg or DepthConfig()
+    with torch_threads(cfg.threads):
+        return _run(cfg, progress or Progress.quiet())
+
+
+def _run(cfg: DepthConfig, progress: Progress) -> StudyResult:
+    from attnreg.studies.depth.figures import atlas_figure, noise_figure, trained_figure
+
+    start = time.perf_counter()
+    command = f"attnreg depth, seed {cfg.seed}"
+    with progress.stage("atlas", total=1) as stage:
+        atlas = [{"kind": "atlas", **r} for r in depth_atlas(atlas_grid(cfg), n_threads=None)]
+        stage.advance()
+    slopes = [{"kind": "slope", **s} for s in fit_slopes(atlas)]
+    trained = trained_rows(cfg, progress)
+    curve = curve_rows(cfg, progress)
+    mixed = mixed_rows(cfg, progress)
+    parts = {"slope": slopes, "trained": [r for r in trained if r["kind"] == "trained"]}
+    summary: dict[str, str] = {"answer": lead(parts | {"mixed": mixed}, cfg)}
+    checks: list[dict[str, Any]] = []
+    for part, part_checks in (
+        atlas_summary(cfg, atlas, slopes),
+        trained_summary(cfg, trained),
+        noise_summary(cfg, curve, mixed),
+    ):
+        summary |= part
+        checks += part_checks
+    eps = middle_eps(cfg)
+    figures = [
+        FigureRecord(
+            "depth_atlas",
+            f"Layers to reach ε = {eps:g} of OLS against κ, one line per method, theory "
+            f"dashed ({command})",
+            atlas_figure(atlas, eps),
+        ),
+        FigureRecord(
+            "depth_trained",
+            f"Trained stacks' loss per layer beside each method's loss per iterate ({command})",
+            trained_figure(trained),
+        ),
+        FigureRecord(
+            "depth_noise",
+            f"Error against context size with noise, and the mixed-noise setting ({command})",
+            noise_figure(curve, mixed),
+        ),
+    ]
+    summary["wall time"] = f"{time.perf_counter() - start:.1f} s ({cfg.threads} thread(s))"
+    rows = atlas + slopes + trained + curve + mixed
+    tables = {
+        "depth_matches": [r for r in trained if r["kind"] == "trained"],
+        "depth_slopes": slopes,
+    }
+    return StudyResult("depth", config_dict(cfg), rows, figures, summary, checks, tables)
+
+
+JSON_KINDS = ("atlas", "trained")
+
+
+def json_rows(result: StudyResult) -> list[dict[str, Any]]:
+    """The ``--json`` view: the atlas rows and the trained-layer rows."""
+    return [r for r in result.rows if r.get("kind") in JSON_KINDS]

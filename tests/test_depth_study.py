@@ -1,0 +1,277 @@
+"""The ``depth`` study: a tiny profile end to end (rows, slopes and summary numbers against the
+rows and numpy), the best-match protocol on a constructed GD stack, the iterates against numpy
+loops, and the noise curves against Monte-Carlo numpy computations written here."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from attnreg.constructions import LSAStack
+from attnreg.data.tasks import Tasks, TaskSampler
+from attnreg.studies.depth import SPEC, DepthConfig
+from attnreg.studies.depth.iterates import best_matches, gd_iterates, method_iterates
+from attnreg.studies.depth.noise import bayes_ridge_curve, min_norm_error
+
+U64 = 2.0**-53
+TINY = {
+    "atlas_d": 3,
+    "kappas": [1.0, 30.0, 1000.0],
+    "atlas_n_ctx": [2, 8],
+    "eps": [1e-2, 1e-6],
+    "cap": 60,
+    "atlas_queries": 4,
+    "train_d": 3,
+    "train_layers": [1, 2],
+    "train_kappas": [10.0],
+    "train_n_ctx": [6],
+    "steps": 40,
+    "batch": 64,
+    "eval_tasks": 100,
+    "max_iterates": 5,
+    "noise_d": 3,
+    "noise_n_ctx": [1, 2, 6],
+    "noise_layers": 1,
+    "noise_steps": 40,
+    "curve_tasks": 300,
+    "mixed_n_ctx": 6,
+    "max_depth_loss_ratio": 100.0,
+    "max_curve_z": 100.0,
+}
+ATLAS_KEYS = {"method", "kappa", "n_ctx", "eps", "layers_needed", "theory_layers"}
+TRAINED_KEYS = {"layer", "method", "best_match", "match_error", "residual_cosine"}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return SPEC.run(DepthConfig(**TINY))
+
+
+def g4(v):
+    return "cap" if v is None else f"{v:.4g}"
+
+
+def test_tiny_profile_rows_carry_the_keys(tiny):
+    view = SPEC.json_rows(tiny)
+    atlas = [r for r in view if r["kind"] == "atlas"]
+    trained = [r for r in view if r["kind"] == "trained"]
+    assert len(atlas) == 4 * 3 * 2 * 2 and len(trained) == 3 * (1 + 2)
+    assert all(ATLAS_KEYS <= set(r) for r in atlas)
+    assert {r["method"] for r in atlas} == {"gd", "gd++", "preconditioned", "newton"}
+    for r in atlas:
+        assert r["layers_needed"] is None or 0 <= r["layers_needed"] <= r["cap"]
+        assert (r["layers_needed"] is not None) == (r["best_error"] <= r["eps"])
+    assert all(TRAINED_KEYS <= set(r) for r in trained)
+    assert {r["method"] for r in trained} == {"gd", "preconditioned", "newton"}
+    assert all(0 <= r["best_match"] <= TINY["max_iterates"] for r in trained)
+    assert [f.name for f in tiny.figures] == ["depth_atlas", "depth_trained", "depth_noise"]
+
+
+def test_slopes_are_numpy_polyfit_of_the_rows(tiny):
+    atlas = [r for r in tiny.rows if r["kind"] == "atlas"]
+    slopes = [r for r in tiny.rows if r["kind"] == "slope"]
+    assert len(slopes) == 4 * 2 * 2
+    fitted = 0
+    for s in slopes:
+        cells = [
+            r
+            for r in atlas
+            if (r["method"], r["n_ctx"], r["eps"]) == (s["method"], s["n_ctx"], s["eps"])
+            and r["layers_needed"] is not None
+        ]
+        log = s["method"] in ("newton", "gd++")
+        xs = [math.log10(r["kappa_sample"]) if log else r["kappa_sample"] for r in cells]
+        if len(cells) < 2 or np.ptp(xs) <= 1e-9 * max(abs(v) for v in xs):
+            assert s["slope"] is None, s
+            continue
+        want = np.polyfit(xs, [r["layers_needed"] for r in cells], 1)[0]
+        assert math.isclose(s["slope"], want, rel_tol=1e-9, abs_tol=1e-9), s
+        fitted += 1
+    assert fitted >= 4
+
+
+def test_summary_numbers_are_the_rows(tiny):
+    atlas = [r for r in tiny.rows if r["kind"] == "atlas"]
+    eps = 1e-2  # the summary shows sorted(eps)[len(eps) // 2]: the larger of two
+    for n in TINY["atlas_n_ctx"]:
+        text = tiny.summary[f"atlas N = {n}"]
+        for method in ("gd", "gd++", "preconditioned", "newton"):
+            mine = [r for r in atlas if (r["method"], r["n_ctx"], r["eps"]) == (method, n, eps)]
+            assert f"{method} " + " / ".join(g4(r["layers_needed"]) for r in mine) in text
+    slope = next(
+        r for r in tiny.rows if r["kind"] == "slope" and r["method"] == "newton" and r["eps"] == eps
+    )
+    assert (
+        f"N = {slope['n_ctx']}: {g4(slope['slope'])}"
+        in tiny.summary[f"slope newton (layers per log₁₀ κ̂, ε = {eps:g})"]
+    )
+    mixed = {
+        r["estimator"]: r for r in tiny.rows if r["kind"] == "mixed_noise" and r["bin"] == "all"
+    }
+    text = tiny.summary["mixed noise σ ~ U(0, σ_max) (Vladymyrov et al. 2024)"]
+    assert f"{g4(mixed['trained']['error'])} vs {g4(mixed['tuned_ridge']['error'])}" in text
+    ratio = mixed["trained"]["error"] / mixed["tuned_ridge"]["error"]
+    assert f"(ratio {ratio:.3f})" in text
+    trained = [r for r in tiny.rows if r["kind"] == "trained" and r["layers"] == 2]
+    text = tiny.summary[
+        "which iterate each layer of the 2-layer stack matches (relative distance), κ = 10, N = 6"
+    ]
+    for r in trained:
+        assert f"ℓ{r['layer']}→{r['best_match']} ({g4(r['match_error'])})" in text
+
+
+def test_the_command_writes_the_json_rows(tmp_path):
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY | {"cap": 20, "kappas": [1.0, 10.0]}))
+    args = ["depth", "--config", str(config), "--json", "--out", str(tmp_path / "out")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnreg", *args, "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert {r["kind"] for r in rows} == {"atlas", "trained"}
+    assert json.loads((tmp_path / "out" / "depth_rows.json").read_text())
+    for name in ("depth_atlas", "depth_trained", "depth_noise"):
+        assert (tmp_path / "out" / f"{name}.png").is_file()
+
+
+# ---------------------------------------------------------------------------------------------
+# the best-match protocol and the iterates
+
+
+def numpy_gd(x, y, q, eta, steps, gam=None):
+    """W_{k+1} = W_k + η (C − W_k S) Γ, S = XᵀX/N, C = YᵀX/N; predictions q Wᵀ for k = 0..K."""
+    n, d = x.shape
+    s, c = x.T @ x / n, y.T @ x / n
+    gam = np.eye(d) if gam is None else gam
+    w = np.zeros((y.shape[1], d))
+    out = [q @ w.T]
+    for _ in range(steps):
+        w = w + eta * (c - w @ s) @ gam
+        out.append(q @ w.T)
+    return np.stack(out)
+
+
+def tasks_of(seed, b=6, n=12, d=4, m=3):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(b, n, d)) * np.array([1.0, 0.5, 2.0, 0.3])
+    w = rng.normal(size=(b, 1, d))
+    q = rng.normal(size=(b, m, d))
+    y = x @ w.transpose(0, 2, 1) + 0.1 * rng.normal(size=(b, n, 1))
+    t = [torch.from_numpy(a) for a in (x, y, q, q @ w.transpose(0, 2, 1), w)]
+    return Tasks(*t), (x, y, q)
+
+
+def test_a_constructed_gd_stack_matches_gd_iterate_l_at_layer_l():
+    tasks, (x, y, q) = tasks_of(0)
+    eta, layers = 0.15, 6
+    stack = LSAStack.gd(4, 1, eta, steps=layers)
+    preds = stack.depth_predictions(tasks.x_ctx, tasks.y_ctx, tasks.x_query)
+    iterates = torch.from_numpy(
+        np.stack([numpy_gd(x[b], y[b], q[b], eta, 10) for b in range(len(x))], axis=1)
+    )
+    ref = torch.from_numpy(
+        np.stack([q[b] @ np.linalg.lstsq(x[b], y[b], rcond=None)[0] for b in range(len(x))])
+    )
+    matches = best_matches(preds, iterates, ref)
+    assert [m["best_match"] for m in matches] == list(range(1, layers + 1))
+    for m in matches:
+        assert m["match_error"] <= 1e3 * U64 * m["layer"]
+        assert m["residual_cosine"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_method_iterates_are_the_numpy_loops():
+    tasks, (x, y, q) = tasks_of(1)
+    sigma = np.diag([1.0, 0.25, 4.0, 0.09])
+    got = method_iterates(tasks, torch.from_numpy(sigma), 8)
+    for b in range(len(x)):
+        s = x[b].T @ x[b] / len(x[b])
+        lam = np.linalg.eigvalsh(s)
+        gd = numpy_gd(x[b], y[b], q[b], 2 / (lam[0] + lam[-1]), 8)
+        gam = np.linalg.inv(sigma)
+        mu = np.linalg.eigvals(gam @ s).real
+        pre = numpy_gd(x[b], y[b], q[b], 2 / (mu.min() + mu.max()), 8, gam)
+        full = x[b].T @ x[b]
+        m = 2 / np.linalg.norm(full @ full.T) * full
+        newton = []
+        for _ in range(9):
+            newton.append(q[b] @ (y[b].T @ x[b] @ m).T)
+            m = 2 * m - m @ full @ m
+        scale = np.abs(q[b]).sum() * np.abs(y[b]).max() * 1e3
+        for name, want in (("gd", gd), ("preconditioned", pre), ("newton", np.stack(newton))):
+            np.testing.assert_allclose(got[name][:, b].numpy(), want, rtol=0, atol=scale * U64)
+
+
+def test_gd_iterates_take_one_step_per_task():
+    tasks, (x, y, q) = tasks_of(2, b=3)
+    etas = torch.tensor([0.1, 0.2, 0.05], dtype=torch.float64)
+    got = gd_iterates(tasks, etas, 4)
+    for b in range(3):
+        want = numpy_gd(x[b], y[b], q[b], float(etas[b]), 4)
+        np.testing.assert_allclose(got[:, b].numpy(), want, rtol=0, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# the noise curves against Monte Carlo in numpy
+
+
+def mc_errors(d, k, sigma, tau, draws, seed, estimator):
+    """Monte Carlo in numpy: per task w ~ N(0, τ²I), X, x_q ~ N(0, I), y = Xw + σε; the error
+    (ŷ_q − y_q)² / d of ridge (λ = σ²/τ²) or min-norm least squares."""
+    rng = np.random.default_rng(seed)
+    errs = np.empty(draws)
+    for i in range(draws):
+        x = rng.normal(size=(k, d))
+        w = tau * rng.normal(size=d)
+        y = x @ w + sigma * rng.normal(size=k)
+        xq = rng.normal(size=d)
+        yq = xq @ w + sigma * rng.normal()
+        if estimator == "ridge":
+            what = np.linalg.solve(x.T @ x + sigma**2 / tau**2 * np.eye(d), x.T @ y)
+        else:
+            what = np.linalg.pinv(x) @ y
+        errs[i] = (xq @ what - yq) ** 2 / d
+    return errs.mean(), errs.std() / math.sqrt(draws)
+
+
+@pytest.mark.parametrize(("d", "k", "sigma", "tau"), [(4, 2, 0.5, 1.0), (5, 8, 0.3, 2.0)])
+def test_bayes_ridge_curve_is_the_monte_carlo_ridge_error(d, k, sigma, tau):
+    mean, se = bayes_ridge_curve(d, k, sigma, tau, 20000, seed=3)
+    want, want_se = mc_errors(d, k, sigma, tau, 20000, 4, "ridge")
+    assert abs(mean - want) <= 5 * math.hypot(se, want_se), (mean, want)
+
+
+@pytest.mark.parametrize(
+    ("d", "k", "sigma"), [(6, 2, 0.0), (6, 5, 0.0), (6, 9, 0.0), (8, 3, 0.5), (3, 14, 0.5)]
+)
+def test_min_norm_error_is_the_monte_carlo_error(d, k, sigma):
+    if sigma == 0:
+        assert min_norm_error(d, k, 0.0, 1.0) == max(d - k, 0) / d  # Garg et al.'s (d − k)/d
+    want, se = mc_errors(d, k, sigma, 1.0, 20000, 5, "ols")
+    got = min_norm_error(d, k, sigma, 1.0)
+    assert abs(got - want) <= 5 * se + 1e-12, (got, want, se)
+
+
+def test_min_norm_error_diverges_at_the_interpolation_peak():
+    assert math.isinf(min_norm_error(5, 5, 0.1, 1.0))
+    assert math.isinf(min_norm_error(5, 4, 0.1, 1.0)) and math.isinf(min_norm_error(5, 6, 0.1, 1.0))
+
+
+def test_mixed_tasks_draw_one_noise_level_per_task():
+    from attnreg.studies.depth.noise import mixed_tasks
+
+    sampler = TaskSampler(d=3, n_ctx=400, inputs="gaussian")
+    tasks, sig = mixed_tasks(sampler, 5, torch.Generator().manual_seed(0), 2.0, torch.float64)
+    assert sig.shape == (5,) and bool(((sig >= 0) & (sig < 2.0)).all())
+    resid = tasks.y_ctx - tasks.x_ctx @ tasks.w.mT
+    std = resid.flatten(1).std(dim=1)
+    assert torch.allclose(std, sig, rtol=0.2, atol=0.02)
