@@ -63,7 +63,7 @@ from sklearn.linear_model import Ridge as SkRidge
 import attnreg
 from attnreg.constructions import KernelRichardsonStack, NewtonStack, VonOswaldSummaryLayer
 from attnreg.core.whitening import ConditioningWarning, RankWarning
-from attnreg.estimators import ZeroPredictor
+from attnreg.estimators import LMS, LocalLinear, ZeroPredictor
 from attnreg.memory import (
     HebbianMemory,
     MemoryRegressor,
@@ -328,6 +328,42 @@ def token_ref(p: Any, x: Arr, y: Arr, q: Arr) -> Arr:
     return token_loop(x, y, q, kq, pv, softmax_sep=isinstance(p, SoftmaxAttention))
 
 
+LMS_BETA, LOCAL_BETA, LOCAL_LAM = 0.05, 0.5, 0.1
+
+
+def lms_loop(x: Arr, y: Arr, q: Arr, absolute: bool = False) -> Arr:
+    """One LMS pass ``W ← W + β (y_i − W x_i) x_iᵀ``; with ``absolute``: the same recursion on
+    absolute values (``W ← W (I + β|x_i||x_i|ᵀ) + β|y_i||x_i|ᵀ``), its running-error magnitude."""
+    w = np.zeros((y.shape[1], x.shape[1]))
+    for xi, yi in zip(x, y, strict=True):
+        if absolute:
+            w = w + LMS_BETA * (np.abs(yi)[:, None] + w @ np.abs(xi)[:, None]) * np.abs(xi)
+        else:
+            w = w + LMS_BETA * (yi[:, None] - w @ xi[:, None]) * xi
+    return (np.abs(q) if absolute else q) @ w.T
+
+
+def local_linear_loop(x: Arr, y: Arr, q: Arr, magnitude: bool = False) -> Arr:
+    """Per query: softmax weights, weighted means, centred moments and the intercept of the
+    local-linear ridge fit; with ``magnitude``: ``(1 + β max|score|) (|ȳ| + κ(S) ‖S⁻¹‖ ‖Σʸˣ‖
+    ‖x* − x̄‖)``, the error scale (softmax weights to u·|score|, the solve to u·κ(S))."""
+    out = []
+    for xq in q:
+        scores = LOCAL_BETA * x @ xq
+        w = softmax(scores)
+        xm, ym = w @ x, w @ y
+        xc, yc = x - xm, y - ym
+        s = (xc * w[:, None]).T @ xc + LOCAL_LAM * np.eye(x.shape[1])
+        syx = (yc * w[:, None]).T @ xc
+        if magnitude:
+            slope = np.linalg.cond(s) * np.linalg.norm(np.linalg.inv(s), 2)
+            size = np.abs(ym).max() + slope * np.linalg.norm(syx, 2) * np.linalg.norm(xq - xm)
+            out.append(np.full(y.shape[1], (1 + np.abs(scores).max()) * size))
+        else:
+            out.append(ym + syx @ np.linalg.solve(s, xq - xm))
+    return np.array(out)
+
+
 def np_ref(f: Callable[[Arr, Arr, Arr], Arr]) -> Callable[[Any, Arr, Arr, Arr], Arr]:
     return lambda p, x, y, q: f(x, y, q)
 
@@ -385,6 +421,23 @@ REGISTRY = [
         "other",
         kernel_magnitude(0.5, "whitened_dot"),
         np_ref(kernel_ref(0.5, "whitened_dot")),
+    ),
+    Entry(
+        "LMS",
+        lambda dy: LMS(LMS_BETA),
+        "other",
+        # the recursion on absolute values: N steps of 2d + 2 operations each, within C = 64
+        lambda p, x, y, q: float(per_task(lambda a, b, c: lms_loop(a, b, c, True), x, y, q).max()),
+        np_ref(lms_loop),
+    ),
+    Entry(
+        "LocalLinear",
+        lambda dy: LocalLinear(LOCAL_BETA, LOCAL_LAM),
+        "other",
+        lambda p, x, y, q: float(
+            per_task(lambda a, b, c: local_linear_loop(a, b, c, True), x, y, q).max()
+        ),
+        np_ref(local_linear_loop),
     ),
     Entry(
         "Mesa",

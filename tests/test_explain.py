@@ -14,7 +14,7 @@ from attnreg.cli import app
 from attnreg.constructions import LSAStack, OLSTransformer
 from attnreg.data.tasks import von_oswald_tasks
 from attnreg.estimators import Ridge
-from attnreg.explaining import agreement, explain
+from attnreg.explaining import FAMILIES, agreement, explain
 from attnreg.training import generator
 
 
@@ -140,7 +140,7 @@ def test_a_constant_or_zero_predictor_is_explained_by_no_family(value) -> None:
     assert np.var(out[100:]) == 0.0  # independent: the held-out outputs have zero variance
     ex = explain(_constant(value), t)
     assert ex.best is None
-    assert all(np.isnan(f.r2) for f in ex.fits) and len(ex.fits) == 6
+    assert all(np.isnan(f.r2) for f in ex.fits) and len(ex.fits) == len(FAMILIES)
     assert not any(row["best"] for row in ex.rows())
     assert ex.verdict().startswith("no family explains it") and "zero variance" in ex.verdict()
 
@@ -246,7 +246,7 @@ def test_cli_a_zero_layer_is_explained_by_no_family(tmp_path) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    assert len(rows) == 6 and all(r["r2"] is None and not r["best"] for r in rows)
+    assert len(rows) == len(FAMILIES) and all(r["r2"] is None and not r["best"] for r in rows)
     summary = json.loads((tmp_path / "ex" / "explain_summary.json").read_text())["summary"]
     assert "no family explains it" in summary["best family"]
     assert "zero variance" in summary["best family"]

@@ -228,7 +228,7 @@ def _study_configs() -> list[str]:
 def test_every_study_has_a_config_module() -> None:
     assert _study_configs() == [
         f"attnreg.studies.{name}.config"
-        for name in ("capacity", "compare", "depth", "icl", "verify")
+        for name in ("capacity", "compare", "depth", "icl", "layers", "verify")
     ]
 
 

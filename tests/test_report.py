@@ -100,6 +100,21 @@ TINY = {
         "input_scales": [1.0, 2.0],
         "teacher_scales": [1.0],
     },
+    "layers": {
+        "d": 3,
+        "n_ctx": 6,
+        "batch": 32,
+        "steps": 5,
+        "eval_tasks": 64,
+        "fit_tasks": 64,
+        "explain_tasks": 16,
+        "layers": ["linear", "mesa"],
+        "tasks": ["clean"],
+        "memory_d": 4,
+        "memory_ratios": [0.5, 1.0, 2.0],
+        "memory_trials": 3,
+        "memory_passes": 2,
+    },
 }
 
 

@@ -17,7 +17,7 @@ COMMON = ("--quick", "--full", "--config", "--set", "--seed", "--out", "--json",
 
 
 def test_the_registry_holds_the_five_studies():
-    assert list(STUDIES) == ["verify", "compare", "icl", "capacity", "depth"]
+    assert list(STUDIES) == ["verify", "compare", "icl", "capacity", "depth", "layers"]
 
 
 @pytest.mark.parametrize("study", list(STUDIES))

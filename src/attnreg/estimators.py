@@ -36,6 +36,7 @@ from attnreg.core.validation import (
     per_step,
 )
 from attnreg.core.whitening import RankWarning, covariance_scale, default_rtol
+from attnreg.sequence import delta_rule
 
 
 @runtime_checkable
@@ -310,6 +311,78 @@ class KernelSmoother:
                 xc, xq = xc / scale, xq / scale
             metric = whitened_metric(xc)
         out = Attention(self.similarity, "softmax", self.beta)(xq, xc, yc, metric=metric)
+        return check_finite_result(out).reshape(shape)
+
+
+RECURRENT_BELOW = 64  # LMS runs the delta rule token by token up to this many tokens
+
+
+@dataclass
+class LMS:
+    """Least mean squares (Widrow & Hoff 1960), the online estimator: one pass over the context
+    in order, ``W_i = W_{i−1} + β (y_i − W_{i−1} x_i) x_iᵀ`` from ``W_0 = 0``; ``ŷ* = W_N x*``.
+
+    It is the delta rule with keys ``x_i``, values ``y_i`` and step ``β``
+    (:func:`attnreg.sequence.delta_rule`, computed by its chunked form: DeltaNet with
+    ``W_Q = W_K = I`` *is* LMS). Stable when ``β ‖x_i‖² ≤ 2`` for every i. Unlike the other
+    estimators its answer depends on the order of the context pairs.
+    """
+
+    beta: float = 0.1
+
+    def __post_init__(self) -> None:
+        check_positive("beta", self.beta)
+
+    def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
+        """``W_N x*`` after one LMS pass over each task's context. The queries are read out as
+        tokens with zero key and value written after the context (a zero key leaves the state
+        unchanged)."""
+        xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
+        n, m = xc.shape[1], xq.shape[1]
+        mode = "recurrent" if xc.shape[1] + m <= RECURRENT_BELOW else "chunk"  # the faster one
+
+        def run(xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
+            keys = torch.cat([xc, torch.zeros_like(xq)], dim=1).unsqueeze(1)
+            zeros = yc.new_zeros(yc.shape[0], m, yc.shape[-1])
+            values = torch.cat([yc, zeros], dim=1).unsqueeze(1)
+            queries = torch.cat([torch.zeros_like(xc), xq], dim=1).unsqueeze(1)
+            return delta_rule(queries, keys, values, self.beta, mode=mode)[:, 0, n:]
+
+        out = check_finite_result(run(xc, yc, xq))
+        return check_underflow(out, run, xc, yc, xq).reshape(shape)
+
+
+@dataclass
+class LocalLinear:
+    """Kernel-weighted local-linear regression at the query (Cleveland 1979; Fan & Gijbels
+    1996): ``ŷ* = ȳ + Σ^{yx} (Σ^{xx} + λI)⁻¹ (x* − x̄)``, the intercept of
+    ``min_{b, W} Σ_i w_i ‖y_i − b − W (x_i − x*)‖² + λ‖W‖²`` with the softmax weights
+    ``w_i = softmax_i(β x*ᵀ x_i)``, the weighted means ``x̄ = Σ w_i x_i``, ``ȳ`` and the centred
+    weighted moments ``Σ^{xx} = Σ w_i (x_i − x̄)(x_i − x̄)ᵀ``, ``Σ^{yx}``. It is what local linear
+    attention (:func:`attnreg.sequence.local_linear_attention`, Zuo et al. 2025) computes at
+    its last position; the kernel smoother is its local-constant special case.
+    """
+
+    beta: float = 1.0
+    lam: float = 1e-3
+
+    def __post_init__(self) -> None:
+        check_positive("beta", self.beta)
+        check_positive("lam", self.lam)
+
+    def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
+        """The local-linear fit's intercept at every query."""
+        xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
+        w = torch.softmax(self.beta * (xq @ xc.mT), dim=-1)  # (B, M, N)
+        x_mean, y_mean = w @ xc, w @ yc
+        x_centred = xc.unsqueeze(1) - x_mean.unsqueeze(-2)  # (B, M, N, d)
+        y_centred = yc.unsqueeze(1) - y_mean.unsqueeze(-2)
+        weighted = x_centred * w.unsqueeze(-1)
+        eye = torch.eye(xc.shape[-1], dtype=xc.dtype, device=xc.device)
+        s_xx = weighted.mT @ x_centred + self.lam * eye
+        s_xy = weighted.mT @ y_centred
+        slope = torch.linalg.solve(s_xx, (xq - x_mean).unsqueeze(-1))
+        out = y_mean + (s_xy.mT @ slope).squeeze(-1)
         return check_finite_result(out).reshape(shape)
 
 

@@ -169,10 +169,10 @@ def explain_command(
         None, "--out", help="Also write explain_rows.csv/json and explain_summary.json here."
     ),
 ) -> None:
-    """Fit every estimator family (OLS, GD(η), ridge(λ), kernel smoother(β), GD++(η, γ),
-    preconditioned GD(Γ)) to the predictions of a trained layer on held-out tasks; report each
-    family's best parameter, R² and cosine agreement, and the family that explains it best (or
-    that none does)."""
+    """Fit every estimator family (OLS, GD(η), ridge(λ), kernel smoother(β), LMS(β),
+    GD++(η, γ), local linear(β, λ), preconditioned GD(Γ)) to the predictions of a trained layer
+    on held-out tasks; report each family's best parameter, R² and cosine agreement, and the
+    family that explains it best (or that none does)."""
     try:
         cfg = ExplainConfig(
             seed=seed, tasks=tasks, steps=steps, tol=tol, min_r2=min_r2, inputs=inputs

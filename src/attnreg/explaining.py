@@ -17,9 +17,16 @@ GD                 η (K steps)         closed form for K = 1 (predictions are l
                                        bounded Brent search on log η otherwise
 ridge              λ                   bounded Brent search on log λ
 kernel smoother    β                   bounded Brent search on log β
+LMS                β (step)            bounded Brent search on log β, up to the stable
+                                       ``β ≤ 2 / max ‖x_i‖²``
 GD++               (η, γ)              Nelder–Mead on (log η, γ ≥ 0), from the GD fit
+local linear       (β, λ)              a 5 × 5 grid, then Nelder–Mead on (log β, log λ)
 preconditioned GD  Γ (d × d), η = 1    linear least squares for K = 1; L-BFGS otherwise
 =================  ==================  =====================================================
+
+The kernel smoother is the Nadaraya–Watson smoother ``softmax(β x*ᵀ X) Y`` (``1/β`` plays the
+bandwidth); LMS (one online pass, the delta rule) and local linear regression are the online
+and local estimators of the causal sequence layers (Wang, Shi & Fox 2025).
 
 The same fitting serves the ``icl`` study, which fits each family to the *true* query targets
 (the line-searched GD η, the fitted GD++ (η, γ), the fitted Γ).
@@ -51,16 +58,27 @@ from attnreg.core.validation import check_nonnegative, check_positive_int, check
 from attnreg.core.whitening import RankWarning
 from attnreg.estimators import (
     GD,
+    LMS,
     OLS,
     GDPlusPlus,
     KernelSmoother,
+    LocalLinear,
     PreconditionedGD,
     Predictor,
     Ridge,
     gd_weights,
 )
 
-FAMILIES = ("OLS", "GD", "ridge", "kernel smoother", "GD++", "preconditioned GD")
+FAMILIES = (
+    "OLS",
+    "GD",
+    "ridge",
+    "kernel smoother",
+    "LMS",
+    "GD++",
+    "local linear",
+    "preconditioned GD",
+)
 
 
 @dataclass
@@ -108,6 +126,16 @@ def agreement(f: torch.Tensor, p: torch.Tensor) -> tuple[float, float, float]:
 def _mse(f: torch.Tensor, p: torch.Tensor) -> float:
     value = float((f - p).pow(2).mean())
     return value if math.isfinite(value) else 1e300
+
+
+def _mse_of(
+    predictor: Predictor, xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor, t: torch.Tensor
+) -> float:
+    """``_mse`` of ``predictor``'s answer, ``1e300`` where it overflows (a ``ValueError``)."""
+    try:
+        return _mse(predictor.predict(xc, yc, xq), t)
+    except ValueError:
+        return 1e300
 
 
 def _search(loss: Callable[[float], float], lo: float, hi: float) -> float:
@@ -168,6 +196,15 @@ def fit_family(
             lambda lb: _mse(KernelSmoother(math.exp(lb)).predict(xc, yc, xq), t), lo, hi
         )
         predictor, params = KernelSmoother(math.exp(log_beta)), {"beta": math.exp(log_beta)}
+    elif family == "LMS":
+        hi = math.log(2.0 / float(xc.pow(2).sum(-1).max()))
+        log_beta = _search(
+            lambda lb: _mse_of(LMS(math.exp(lb)), xc, yc, xq, t), hi - math.log(1e4), hi
+        )
+        predictor, params = LMS(math.exp(log_beta)), {"beta": math.exp(log_beta)}
+    elif family == "local linear":
+        beta, lam = _fit_local_linear(xc, yc, xq, t, scale)
+        predictor, params = LocalLinear(beta, lam), {"beta": beta, "lam": lam}
     elif family == "GD++" and steps == 1:
         # one GD++ step predicts like one GD step (the x-update acts after the y-update)
         eta = fit_family("GD", xc, yc, xq, t, 1).params["eta"]
@@ -200,6 +237,29 @@ def fit_family(
         pred = predictor.predict(xc, yc, xq)
     r2, cos, mse = agreement(pred, t)
     return FamilyFit(family, params, r2, cos, mse, predictor)
+
+
+def _fit_local_linear(
+    xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor, t: torch.Tensor, scale: float
+) -> tuple[float, float]:
+    """``(β, λ)`` of the local-linear fit closest to ``t``: the best of a 5 × 5 grid of
+    ``log β ∈ log(1/scale) + [−5, 3]``, ``log λ ∈ log(scale) + [−9, 3]``, refined by
+    Nelder–Mead."""
+
+    def loss(v: np.ndarray) -> float:
+        return _mse_of(LocalLinear(math.exp(float(v[0])), math.exp(float(v[1]))), xc, yc, xq, t)
+
+    grid = [
+        np.array([lb, ll])
+        for lb in math.log(1 / scale) + np.linspace(-5, 3, 5)
+        for ll in math.log(scale) + np.linspace(-9, 3, 5)
+    ]
+    start = min(grid, key=loss)
+    res = optimize.minimize(
+        loss, start, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-14, "maxiter": 200}
+    )
+    best = res.x if res.fun <= loss(start) else start
+    return math.exp(float(best[0])), math.exp(float(best[1]))
 
 
 def _fit_preconditioner(

@@ -22,6 +22,7 @@ PACKAGES = (
     "attnreg.studies.icl",
     "attnreg.studies.capacity",
     "attnreg.studies.depth",
+    "attnreg.studies.layers",
 )
 ENVIRONMENT = "ATTNREG_STUDIES"
 

@@ -1,0 +1,33 @@
+"""The ``layers`` study: what each causal sequence layer learns in context (Wang, Shi & Fox
+2025, "Test-time regression"), and the memory side of the same regressions (Tang's
+regression-as-memory claim).
+
+Modules: :mod:`~attnreg.studies.layers.config` (settings and profiles, a leaf),
+:mod:`~attnreg.studies.layers.model` (one trainable causal layer over in-context tokens),
+:mod:`~attnreg.studies.layers.curves` (loss against context position),
+:mod:`~attnreg.studies.layers.memory` (recall against N/d), :mod:`~attnreg.studies.layers.figures`
+and :mod:`~attnreg.studies.layers.run` (the runner). This ``__init__`` stays light."""
+
+from attnreg.studies.layers.config import LAYERS, LayersConfig, full_config, quick_config
+from attnreg.studies.spec import Extra, StudySpec, comma_list
+
+SPEC = StudySpec(
+    name="layers",
+    config_class=LayersConfig,
+    quick=quick_config,
+    full=full_config,
+    runner="attnreg.studies.layers.run:run",
+    help="What each causal sequence layer learns in context: linear attention, DeltaNet, "
+    "Longhorn, Mesa, softmax and local linear attention, each trained on in-context regression "
+    "tasks (clean, and noisy ill-conditioned) and read out at every position; explain names the "
+    "estimator each computes (GD, LMS, ridge, kernel smoother, local linear) with its fitted "
+    "parameter and R²; and recall of stored pairs against N/d for correlated keys (linear "
+    "attention vs DeltaNet vs Mesa).",
+    title="layers — what each sequence layer learns in context",
+    extras=(
+        Extra("--layers", "layers", "Comma-separated subset of the layers to train.", comma_list),
+        Extra("--threads", "threads", "Torch intra-op threads (1 is fastest here).", int),
+    ),
+)
+
+__all__ = ["LAYERS", "SPEC", "LayersConfig", "full_config", "quick_config"]

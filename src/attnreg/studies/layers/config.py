@@ -1,0 +1,147 @@
+"""The ``layers`` study's settings: which causal layers it trains, on which tasks, the memory
+experiment's grid, the check thresholds, and the quick and full profiles (a leaf module)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from attnreg.config import check_fields
+from attnreg.core.validation import (
+    check_choice,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+    check_seed,
+)
+
+# the trained layers, by the name the study uses, and what each is (attnreg.sequence)
+LAYERS = {
+    "linear": "linear attention",
+    "delta": "DeltaNet (delta rule, learned β)",
+    "longhorn": "Longhorn (implicit online step, learned β)",
+    "mesa": "Mesa (causal ridge, learned λ)",
+    "softmax": "softmax attention",
+    "local_linear": "local linear attention (learned λ)",
+}
+TASK_KINDS = ("clean", "noisy")
+
+
+@dataclass
+class LayersConfig:
+    """``attnreg layers`` settings (every field has a default: the quick profile).
+
+    In-context regression (``y = wᵀx``, ``w ~ N(0, I)``, ``d`` inputs, ``n_ctx`` context pairs):
+    ``"clean"`` tasks are icl's (``x ~ U(−0.5, 0.5)^d``, no noise); ``"noisy"`` tasks have
+    Gaussian inputs with a covariance of condition number ``condition`` (the same trace) and
+    label noise ``noise_std``. Each layer of ``layers`` is trained for ``steps`` Adam steps on
+    fresh batches of ``batch`` tasks. Memory: ``memory_d``-dimensional unit keys with pairwise
+    correlation ρ ∈ ``memory_rhos``, ``N = r·memory_d`` pairs for r ∈ ``memory_ratios``,
+    ``memory_trials`` draws each; a pair is recalled when its relative squared error is at most
+    ``recall_eps``. Checks: Mesa's largest relative squared error at ``N ≤ d`` at most
+    ``max_mesa_error``; each trained layer's best family's held-out R² at least ``min_r2``
+    (clean tasks)."""
+
+    seed: int = 0
+    d: int = 5
+    n_ctx: int = 20
+    batch: int = 256
+    steps: int = 250
+    lr: float = 1e-2
+    clip: float = 10.0
+    init_noise: float = 0.1
+    eval_tasks: int = 2000
+    fit_tasks: int = 2000
+    explain_tasks: int = 400
+    layers: list[str] = field(default_factory=lambda: list(LAYERS))
+    tasks: list[str] = field(default_factory=lambda: list(TASK_KINDS))
+    noise_std: float = 0.25
+    condition: float = 100.0
+    memory_d: int = 16
+    memory_ratios: list[float] = field(
+        default_factory=lambda: [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0]
+    )
+    memory_rhos: list[float] = field(default_factory=lambda: [0.0, 0.5, 0.9])
+    memory_trials: int = 20
+    memory_passes: int = 20
+    memory_lam: float = 1e-10
+    recall_eps: float = 0.01
+    threads: int = 1
+    max_mesa_error: float = 1e-6
+    min_r2: float = 0.9
+
+    def __post_init__(self) -> None:
+        """Refuse a bad value with a ``ValueError`` naming the key (and the value)."""
+        check_fields(self)
+        check_seed("seed", self.seed)
+        for name in (
+            "d",
+            "n_ctx",
+            "batch",
+            "steps",
+            "eval_tasks",
+            "fit_tasks",
+            "explain_tasks",
+            "memory_d",
+            "memory_trials",
+            "memory_passes",
+            "threads",
+        ):
+            check_positive_int(name, getattr(self, name))
+        if self.n_ctx < 2:
+            raise ValueError(f"n_ctx: need at least 2 context pairs, got {self.n_ctx}")
+        if self.explain_tasks < 2:
+            raise ValueError("explain_tasks: need at least 2 (half to fit, half to score)")
+        for name, choices in (("layers", LAYERS), ("tasks", TASK_KINDS)):
+            values = getattr(self, name)
+            if not values:
+                raise ValueError(f"{name}: must list at least one")
+            for value in values:
+                check_choice(name, value, choices)
+        for name in ("lr", "clip", "condition", "memory_lam", "recall_eps", "max_mesa_error"):
+            check_positive(name, getattr(self, name))
+        if self.condition < 1:
+            raise ValueError(f"condition: must be >= 1, got {self.condition}")
+        for name in ("init_noise", "noise_std"):
+            check_nonnegative(name, getattr(self, name))
+        if not self.memory_ratios:
+            raise ValueError("memory_ratios: must list at least one")
+        for r in self.memory_ratios:
+            check_positive("memory_ratios", r)
+        if not self.memory_rhos:
+            raise ValueError("memory_rhos: must list at least one")
+        for rho in self.memory_rhos:
+            if not 0 <= rho < 1:
+                raise ValueError(f"memory_rhos: every correlation must lie in [0, 1), got {rho}")
+        if not self.min_r2 <= 1:
+            raise ValueError(f"min_r2: R² is at most 1, got {self.min_r2}")
+
+
+def quick_config(**changes: Any) -> LayersConfig:
+    """The quick profile (well under a minute of CPU time on one thread)."""
+    return LayersConfig(**changes)
+
+
+def full_config(**changes: Any) -> LayersConfig:
+    """The full profile: larger d and context, longer training, more tasks and trials."""
+    base: dict[str, Any] = {
+        "d": 10,
+        "n_ctx": 40,
+        "batch": 1024,
+        "steps": 2000,
+        "lr": 3e-3,
+        "eval_tasks": 10000,
+        "fit_tasks": 10000,
+        "explain_tasks": 2000,
+        "memory_d": 32,
+        "memory_ratios": [0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0],
+        "memory_trials": 100,
+        "memory_passes": 50,
+    }
+    base.update(changes)
+    return LayersConfig(**base)
+
+
+def config_dict(cfg: LayersConfig) -> dict[str, Any]:
+    """The config as a plain dict."""
+    return asdict(cfg)

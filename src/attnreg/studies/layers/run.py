@@ -1,0 +1,238 @@
+"""``layers`` — what each causal sequence layer learns in context.
+
+Wang, Shi & Fox (2025), "Test-time regression": every causal sequence layer fits a regression
+to the past pairs at every position. Here one layer of each type (:mod:`attnreg.sequence`) is
+trained on in-context regression tasks (icl's, and a noisy, ill-conditioned variant) with the
+causal token layout of :mod:`attnreg.studies.layers.model`, and read out at every position;
+:func:`attnreg.explain` names the estimator each trained layer computes after the whole context
+(fitted parameter, held-out R²), and the layer's loss at every context size is set beside that
+estimator's (with the parameter fitted at the full context), the Bayes-optimal posterior mean
+(ridge λ = σ², OLS without noise), GD with η line-searched per position and LMS at its best β
+(:mod:`attnreg.studies.layers.curves`). The memory side (:mod:`attnreg.studies.layers.memory`):
+recall of stored pairs against N/d for correlated keys — linear attention (dot-product memory)
+against DeltaNet and Mesa (pseudo-inverse memory): Tang's claim that regression memory holds
+exactly ``N_max = d`` pairs, measured in today's layers.
+
+Rows (``kind``): ``"layer"`` (one per task kind × trained layer: learned scalar, losses, best
+family, its parameters and R²), ``"explain"`` (every family's fit), ``"position"`` (loss at
+every context size, layers and references), ``"memory"`` (one per memory × ρ × N).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnreg.core.threads import torch_threads
+from attnreg.explaining import Explanation, explain
+from attnreg.progress import Progress
+from attnreg.studies.common import StudyResult, check
+from attnreg.studies.layers.config import LAYERS, LayersConfig, config_dict
+from attnreg.studies.layers.curves import (
+    make_sampler,
+    position_losses,
+    prefix_predictions,
+    reference_curves,
+    sequence,
+)
+from attnreg.studies.layers.memory import capacity, memories, memory_rows
+from attnreg.studies.layers.model import InContextLayer, as_predictor
+from attnreg.studies.layers.train import train_layer
+from attnreg.training import generator
+
+
+def run(cfg: LayersConfig | None = None, progress: Progress | None = None) -> StudyResult:
+    """Train every layer of ``cfg.layers`` on every task kind of ``cfg.tasks``, explain each,
+    measure the loss at every context position and the memories' recall; return the rows,
+    figures, summary and checks (thresholds ``cfg.max_mesa_error``, ``cfg.min_r2``). Writes
+    nothing; ``progress`` shows a stage per trained layer."""
+    cfg = cfg or LayersConfig()
+    with torch_threads(cfg.threads):
+        return _run(cfg, progress or Progress.quiet())
+
+
+def _position_rows(kind: str, model: str, role: str, losses: np.ndarray) -> list[dict[str, Any]]:
+    return [
+        {"kind": "position", "tasks": kind, "model": model, "role": role, "n": n + 1, "loss": v}
+        for n, v in enumerate(losses.tolist())
+    ]
+
+
+def _params(params: dict[str, Any]) -> str:
+    parts = [
+        f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} {len(v)}×{len(v[0])}"
+        for k, v in params.items()
+        if isinstance(v, float) or (isinstance(v, list) and v and isinstance(v[0], list))
+    ]
+    return ", ".join(parts) or "no parameter"
+
+
+def _explain(model: InContextLayer, held: Any) -> Explanation:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return explain(as_predictor(model), held)
+
+
+def _run(cfg: LayersConfig, progress: Progress) -> StudyResult:
+    from attnreg.studies.layers.figures import make_figures  # matplotlib: only when run
+
+    t_start, cpu_start = time.perf_counter(), time.process_time()
+    rows: list[dict[str, Any]] = []
+    summary: dict[str, str] = {}
+    checks: list[dict[str, Any]] = []
+    for ti, kind in enumerate(cfg.tasks):
+        sampler = make_sampler(cfg, kind)
+        test = sequence(
+            sampler.sample(cfg.eval_tasks, generator(10**6 + 10 * cfg.seed + ti), torch.float64)
+        )
+        fit = sequence(
+            sampler.sample(cfg.fit_tasks, generator(2 * 10**6 + 10 * cfg.seed + ti), torch.float64)
+        )
+        held = sampler.sample(
+            cfg.explain_tasks, generator(3 * 10**6 + 10 * cfg.seed + ti), torch.float64
+        )
+        refs = reference_curves(cfg, kind, fit, test)
+        optimal_name = next(iter(refs))
+        for name, (losses, _) in refs.items():
+            rows += _position_rows(kind, name, "reference", losses)
+        for li, layer in enumerate(cfg.layers):
+            seed = cfg.seed * 1000 + 100 * ti + li
+            model = InContextLayer(layer, cfg.d, cfg.init_noise, seed)
+            res = train_layer(model, sampler, cfg, seed, progress, f"{kind} {layer}")
+            with torch.no_grad():
+                losses = position_losses(model.positions(*test), test[1])
+            rows += _position_rows(kind, layer, "layer", losses)
+            ex = _explain(model, held)
+            rows += [{"kind": "explain", "tasks": kind, "layer": layer, **r} for r in ex.rows()]
+            best = ex.fit(ex.best) if ex.best is not None else None
+            if best is not None and best.predictor is not None:
+                family_losses = position_losses(prefix_predictions(best.predictor, *test), test[1])
+                rows += _position_rows(kind, f"{layer}: {best.family}", "family", family_losses)
+            rows.append(
+                {
+                    "kind": "layer",
+                    "tasks": kind,
+                    "layer": layer,
+                    "description": LAYERS[layer],
+                    "learned": model.scalar(),
+                    "loss_last": float(losses[-1]),
+                    "loss_mean": float(losses.mean()),
+                    "optimal": optimal_name,
+                    "optimal_loss_last": float(refs[optimal_name][0][-1]),
+                    "best_family": ex.best,
+                    "best_params": _params(best.params) if best else None,
+                    "best_r2": best.r2 if best else max(f.r2 for f in ex.fits),
+                    "steps_run": res.steps_run,
+                    "train_seconds": res.seconds,
+                    "train_cpu_seconds": res.cpu_seconds,
+                    "seed": seed,
+                }
+            )
+    mem = memory_rows(cfg)
+    rows += mem
+    _summarise(cfg, rows, summary, checks)
+    figures = make_figures(cfg, rows)
+    summary["time"] = (
+        f"{time.perf_counter() - t_start:.1f} s wall, {time.process_time() - cpu_start:.1f} s "
+        f"CPU ({cfg.threads} thread(s))"
+    )
+    return StudyResult(
+        "layers", config_dict(cfg), rows, figures, summary, checks, tables=_tables(cfg, rows)
+    )
+
+
+def _tables(cfg: LayersConfig, rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Two small tables: what each trained layer computes, and each memory's capacity."""
+    explained = [
+        {
+            "tasks": r["tasks"],
+            "layer": r["layer"],
+            "family": r["best_family"],
+            "params": r["best_params"],
+            "r2": r["best_r2"],
+            "learned": r["learned"],
+            "loss_last": r["loss_last"],
+            "optimal": r["optimal"],
+            "optimal_loss_last": r["optimal_loss_last"],
+        }
+        for r in rows
+        if r["kind"] == "layer"
+    ]
+    mem = [r for r in rows if r["kind"] == "memory"]
+    capacities = [
+        {
+            "memory": m,
+            "rho": rho,
+            "d": cfg.memory_d,
+            "n_max": capacity(mem, m, rho, cfg.recall_eps),
+            "mean_error_at_d": next(
+                (
+                    r["mean_error"]
+                    for r in mem
+                    if r["memory"] == m and r["rho"] == rho and r["n"] == cfg.memory_d
+                ),
+                None,
+            ),
+        }
+        for m in memories(cfg)
+        for rho in cfg.memory_rhos
+    ]
+    return {"layers_explained": explained, "layers_capacity": capacities}
+
+
+def _summarise(
+    cfg: LayersConfig,
+    rows: list[dict[str, Any]],
+    summary: dict[str, str],
+    checks: list[dict[str, Any]],
+) -> None:
+    """Summary lines (one per trained layer and per memory) and the checks."""
+    layer_rows = [r for r in rows if r["kind"] == "layer"]
+    mem = [r for r in rows if r["kind"] == "memory"]
+    d = cfg.memory_d
+    caps = {
+        m: [capacity(mem, m, rho, cfg.recall_eps) for rho in cfg.memory_rhos] for m in memories(cfg)
+    }
+    mesa_err = max(r["max_error"] for r in mem if r["memory"] == "Mesa" and r["n"] <= d)
+    claim = all(c == max(r["n"] for r in mem if r["n"] <= d) for c in caps["Mesa"])
+    rhos = "/".join(f"{rho:g}" for rho in cfg.memory_rhos)
+    named = sum(r["best_family"] is not None for r in layer_rows)
+    summary["lead"] = (
+        f"{named} of {len(layer_rows)} trained layers are named by a family (held-out R² ≥ 0.5); "
+        f"Mesa stores exactly up to N = d = {d} at ρ = {rhos} (largest error {mesa_err:.1e}): "
+        + ("Tang's N_max = d holds." if claim else "Tang's N_max = d is NOT what was measured.")
+    )
+    for r in layer_rows:
+        symbol = "β" if r["layer"] in ("delta", "longhorn") else "λ"
+        learned = (
+            "" if r["learned"] is None else f"learned {symbol} {r['learned']:.3g} on keys W_K x; "
+        )
+        family = r["best_family"] or "no family"
+        summary[f"{r['tasks']} · {r['layer']}"] = (
+            f"{family} ({r['best_params']}; R² {r['best_r2']:.4f}); {learned}loss at n = "
+            f"{cfg.n_ctx} {r['loss_last']:.4g} vs {r['optimal']} {r['optimal_loss_last']:.4g}"
+        )
+        if r["tasks"] == "clean":
+            checks.append(
+                check(
+                    f"clean {r['layer']}: best family's held-out R²", r["best_r2"], ">=", cfg.min_r2
+                )
+            )
+    for m in memories(cfg):
+        at_d = [r["mean_error"] for r in mem if r["memory"] == m and r["n"] == d]
+        summary[f"memory · {m}"] = (
+            f"N_max at ρ = {rhos}: {'/'.join(str(c) for c in caps[m])} (d = {d}); mean relative "
+            "squared error at N = d: " + "/".join(f"{e:.2g}" for e in at_d)
+        )
+    checks.append(
+        check(
+            "Mesa largest relative squared recall error at N ≤ d",
+            mesa_err,
+            "<=",
+            cfg.max_mesa_error,
+        )
+    )

@@ -1,0 +1,213 @@
+"""The ``layers`` study: the online estimators against loops written here, explain naming the
+estimator a constructed (not trained) layer computes, the memory read-outs against numpy, and a
+tiny profile end to end (rows, figures, a summary whose numbers are the rows')."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.special import softmax
+
+from attnreg.estimators import LMS, LocalLinear
+from attnreg.explaining import explain
+from attnreg.studies.layers.config import LayersConfig
+from attnreg.studies.layers.memory import capacity, correlated_pairs, memories, recall
+from attnreg.studies.layers.model import InContextLayer, as_predictor
+from attnreg.studies.layers.run import run
+from attnreg.studies.registry import STUDIES
+
+U64 = 2.0**-53
+
+
+def _tasks(seed: int, b: int = 400, n: int = 12, d: int = 4, m: int = 1):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-0.5, 0.5, size=(b, n, d))
+    q = rng.uniform(-0.5, 0.5, size=(b, m, d))
+    w = rng.normal(size=(b, d, 1))
+    return torch.tensor(x), torch.tensor(x @ w), torch.tensor(q)
+
+
+def _lms_loop(x: np.ndarray, y: np.ndarray, q: np.ndarray, beta: float) -> np.ndarray:
+    w = np.zeros((y.shape[1], x.shape[1]))
+    for xi, yi in zip(x, y, strict=True):
+        w = w + beta * np.outer(yi - w @ xi, xi)
+    return q @ w.T
+
+
+def test_lms_is_one_widrow_hoff_pass_in_order():
+    x, y, q = _tasks(0, b=3, n=30, d=5, m=4)
+    got = LMS(1.5).predict(x, y, q).numpy()
+    for b in range(3):
+        want = _lms_loop(x[b].numpy(), y[b].numpy(), q[b].numpy(), 1.5)
+        # 30 steps of 2d + 2 operations on values of order 1: well within 1e3·u
+        np.testing.assert_allclose(got[b], want, rtol=0, atol=1e3 * U64 * np.abs(want).max())
+    reversed_ = LMS(1.5).predict(x.flip(1), y.flip(1), q).numpy()
+    assert np.abs(reversed_ - got).max() > 1e-3  # online: the order of the pairs matters
+    long = _tasks(1, b=2, n=100, d=3, m=2)  # beyond the recurrent threshold: the chunked form
+    want = np.stack([_lms_loop(*(t[b].numpy() for t in long), 0.8) for b in range(2)])
+    # 100 steps of 2d + 2 operations plus the chunked form's triangular solves: 1e4·u
+    tol = 1e4 * U64 * np.abs(want).max()
+    np.testing.assert_allclose(LMS(0.8).predict(*long).numpy(), want, rtol=0, atol=tol)
+    with pytest.raises(ValueError, match="beta"):
+        LMS(0.0)
+
+
+def test_local_linear_is_the_weighted_local_fit_and_softmax_is_its_constant_limit():
+    x, y, q = _tasks(2, b=2, n=15, d=3, m=3)
+    got = LocalLinear(2.0, 0.05).predict(x, y, q).numpy()
+    for b in range(2):
+        xb, yb = x[b].numpy(), y[b].numpy()
+        for j, xq in enumerate(q[b].numpy()):
+            w = softmax(2.0 * xb @ xq)
+            # weighted least squares with intercept, centred at the query, ridge on the slope
+            design = np.hstack([np.ones((len(xb), 1)), xb - xq])
+            penalty = np.diag([0.0, 0.05, 0.05, 0.05])
+            coef = np.linalg.solve(
+                design.T @ (w[:, None] * design) + penalty, design.T @ (w * yb[:, 0])
+            )
+            assert abs(got[b, j, 0] - coef[0]) <= 1e4 * U64 * max(1.0, abs(coef[0]))
+    huge_ridge = LocalLinear(2.0, 1e12).predict(x, y, q).numpy()
+    smoother = np.stack(
+        [softmax(2.0 * q[b].numpy() @ x[b].numpy().T, axis=1) @ y[b].numpy() for b in range(2)]
+    )
+    np.testing.assert_allclose(huge_ridge, smoother, rtol=0, atol=1e-9)
+
+
+def _layer(kind: str, d: int, scalar: float | None = None, wq: float = 1.0) -> InContextLayer:
+    layer = InContextLayer(kind, d, 0.0, seed=0)  # W_Q = W_K = I exactly
+    with torch.no_grad():
+        layer.w_q.mul_(wq)
+        if scalar is not None:
+            assert layer.raw is not None
+            layer.raw.fill_(math.log(math.expm1(scalar)))
+    return layer
+
+
+def test_explain_names_lms_for_deltanet_with_identity_projections():
+    layer = _layer("delta", 4, scalar=0.7)
+    beta = layer.scalar()
+    ex = explain(as_predictor(layer), _tasks(3))
+    assert ex.best == "LMS"
+    fit = ex.fit("LMS")
+    assert fit.r2 > 1 - 1e-8
+    assert abs(fit.params["beta"] - beta) / beta < 0.02
+
+
+def test_explain_names_ridge_for_mesa_and_the_kernel_smoother_for_softmax():
+    mesa = _layer("mesa", 4, scalar=0.5)
+    ex = explain(as_predictor(mesa), _tasks(4))
+    assert ex.best == "ridge"
+    lam = mesa.scalar()
+    assert abs(ex.fit("ridge").params["lam"] - lam) / lam < 0.02
+    soft = _layer("softmax", 4, wq=3.0)  # softmax(3 x*ᵀ x_i): the smoother with β = 3
+    ex = explain(as_predictor(soft), _tasks(5))
+    assert ex.best == "kernel smoother"
+    assert abs(ex.fit("kernel smoother").params["beta"] - 3.0) / 3.0 < 0.02
+
+
+def test_memory_read_outs_equal_numpy():
+    cfg = LayersConfig(memory_passes=3, memory_lam=1e-9)
+    gen = torch.Generator().manual_seed(0)
+    keys, values = correlated_pairs(gen, 2, 5, 8, 0.5)
+    k, v = keys.numpy(), values.numpy()
+    assert np.allclose(np.linalg.norm(k, axis=-1), 1)
+    for t in range(2):
+        kk, vv = k[t], v[t]
+        hebb = kk @ kk.T @ vv
+        ridge = kk @ np.linalg.solve(kk.T @ kk + 1e-9 * np.eye(8), kk.T @ vv)
+        s = np.zeros((8, 8))
+        for _ in range(3):
+            for ki, vi in zip(kk, vv, strict=True):
+                s = s + np.outer(ki, vi - s.T @ ki)
+        for memory, want in (
+            ("linear attention", hebb),
+            ("Mesa", ridge),
+            ("DeltaNet ×3", kk @ s),
+        ):
+            got = recall(memory, keys, values, cfg)[t].numpy()
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-9, err_msg=memory)
+    assert memories(cfg) == ["linear attention", "DeltaNet", "DeltaNet ×3", "Mesa"]
+
+
+TINY = {
+    "d": 3,
+    "n_ctx": 6,
+    "batch": 32,
+    "steps": 5,
+    "eval_tasks": 64,
+    "fit_tasks": 64,
+    "explain_tasks": 16,
+    "memory_d": 4,
+    "memory_ratios": [0.5, 1.0, 2.0],
+    "memory_trials": 3,
+    "memory_passes": 2,
+}
+
+
+def test_a_tiny_profile_runs_end_to_end_and_its_summary_is_its_rows():
+    cfg = LayersConfig(**TINY)
+    res = run(cfg)
+    assert [f.name for f in res.figures] == ["layers_positions", "layers_memory"]
+    for f in res.figures:
+        f.close()
+    layer_rows = [r for r in res.rows if r["kind"] == "layer"]
+    assert {(r["tasks"], r["layer"]) for r in layer_rows} == {
+        (t, layer) for t in cfg.tasks for layer in cfg.layers
+    }
+    for r in layer_rows:
+        text = res.summary[f"{r['tasks']} · {r['layer']}"]
+        assert f"{r['loss_last']:.4g}" in text and f"R² {r['best_r2']:.4f}" in text
+        positions = [
+            p
+            for p in res.rows
+            if p["kind"] == "position" and p["model"] == r["layer"] and p["tasks"] == r["tasks"]
+        ]
+        assert [p["n"] for p in positions] == list(range(1, cfg.n_ctx + 1))
+        assert positions[-1]["loss"] == r["loss_last"]
+    mem = [r for r in res.rows if r["kind"] == "memory"]
+    assert len(mem) == len(memories(cfg)) * len(cfg.memory_rhos) * len(cfg.memory_ratios)
+    for m in memories(cfg):
+        caps = "/".join(str(capacity(mem, m, rho, cfg.recall_eps)) for rho in cfg.memory_rhos)
+        assert f"N_max at ρ = 0/0.5/0.9: {caps}" in res.summary[f"memory · {m}"]
+    table = {(t["memory"], t["rho"]): t["n_max"] for t in res.tables["layers_capacity"]}
+    assert table == {
+        (m, rho): capacity(mem, m, rho, cfg.recall_eps)
+        for m in memories(cfg)
+        for rho in cfg.memory_rhos
+    }
+    assert len(res.tables["layers_explained"]) == len(layer_rows)
+    mesa_check = next(c for c in res.checks if c["check"].startswith("Mesa"))
+    assert mesa_check["value"] == max(
+        r["max_error"] for r in mem if r["memory"] == "Mesa" and r["n"] <= 4
+    )
+    assert mesa_check["passed"]  # Mesa stores N ≤ d pairs exactly (λ = 1e-10)
+    assert res.summary["lead"]
+    again = run(cfg)  # deterministic
+    assert [r for r in again.rows if r["kind"] != "layer"] == [
+        r for r in res.rows if r["kind"] != "layer"
+    ]
+    for f in again.figures:
+        f.close()
+
+
+@pytest.mark.parametrize(
+    ("changes", "needle"),
+    [
+        ({"layers": ["gru"]}, "layers: unknown value 'gru'"),
+        ({"tasks": []}, "tasks"),
+        ({"memory_rhos": [1.0]}, "memory_rhos"),
+        ({"n_ctx": 1}, "n_ctx"),
+        ({"recall_eps": 0.0}, "recall_eps"),
+        ({"min_r2": 1.5}, "min_r2"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_key(changes, needle):
+    with pytest.raises(ValueError, match=needle):
+        LayersConfig(**changes)
+
+
+def test_the_study_is_registered():
+    assert STUDIES["layers"].config_class is LayersConfig
