@@ -10,12 +10,10 @@ report's overrides are refused the same way, before anything runs. YAML is read 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 import types
 import typing
-from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
@@ -132,13 +130,6 @@ def check_device(name: str, device: str) -> str:
     if kind not in ("cpu", "cuda", "mps"):
         raise ValueError(f"{name}: {device!r} is not supported; use cpu, cuda or mps")
     return device
-
-
-def load_config(cls: type[T], path: str | Path) -> T:
-    """Read a YAML (:func:`read_yaml`) or JSON file into the config dataclass ``cls``."""
-    text = Path(path).read_text()
-    data = json.loads(text) if str(path).endswith(".json") else read_yaml(text)
-    return config_from_dict(cls, data or {})
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
