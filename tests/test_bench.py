@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
+import sequence_refs as ref
 import torch
 from typer.testing import CliRunner
 
@@ -15,6 +16,7 @@ from attnreg.bench import (
     p2_retrieval,
     p3_linear_attention,
     p7_kernel_smoother,
+    p8_sequence,
     parse_ids,
     run_benchmarks,
 )
@@ -22,8 +24,10 @@ from attnreg.bench import studies as bench_studies
 from attnreg.bench.common import loglog_slope, time_interleaved
 from attnreg.bench.limits import Limit, judge, target_text
 from attnreg.bench.p7_kernel_smoother import p7_beta, p7_data, p7_reference, p7_smoother
+from attnreg.bench.sizes import SMOKE
 from attnreg.cli import app
 from attnreg.data.tasks import TaskSampler
+from attnreg.sequence.workload import attnreg_call, fla_calls, fla_output
 from attnreg.training import generator
 
 KEYS = {"id", "workload", "value", "unit", "target", "passed", "reference", "details"}
@@ -109,6 +113,80 @@ def test_p7_smoother_equals_the_padded_sdpa_reference(dy):
     # and both are the Nadaraya–Watson smoother: a float64 softmax over all keys
     exact = torch.softmax(beta * (xq.double() @ x.double().mT), dim=-1) @ y.double()
     assert torch.allclose(got.double(), exact, atol=1e-6, rtol=0)
+
+
+def _p8_bound(layer: str, x: dict) -> torch.Tensor:
+    """Twice the float32 rounding bound of ``layer`` on the P8 inputs ``x`` (both attnreg and
+    fla are within one bound of the exact value), from the numpy references' magnitudes:
+    elementwise ``4 u (d + n_t) Σ γ |q|ᵀ|k| |v|`` for linear attention, per position
+    ``8 u (d + n_t) t ‖q_t‖ Σ γ β ‖k‖ ‖v‖`` for the delta rules and ``8 u (d + n_t)·(Mesa's
+    perturbation bound)`` for Mesa (the bounds of tests/test_sequence_fla.py)."""
+    q, k, v, beta = (x[n].double().numpy() for n in ("q", "k", "v", "beta"))
+    d, t_len = q.shape[-1], q.shape[2]
+    if layer in ("linear_attention", "delta_rule"):
+        alpha = np.ones(beta.shape)
+    else:
+        alpha = x["alpha"].double().numpy()
+    n = d + ref.heads(ref.log_budget, alpha)
+    if layer == "mesa":
+        lam = np.broadcast_to(x["lam"].double().numpy(), (*q.shape[:2], d))
+        _, parts = ref.heads(ref.decayed_ridge, q, k, v, beta, alpha, lam)
+        return torch.from_numpy(16 * ref.U32 * n * parts)
+    q = q * d**-0.5
+    if layer == "linear_attention":
+        _, mag = ref.heads(ref.weighted_sum, q, k, v, alpha)
+        return torch.from_numpy(8 * ref.U32 * n[..., None] * mag)
+    _, mags = ref.heads(ref.lms, q, k, v, beta, alpha)
+    steps = np.arange(1, t_len + 1)
+    return torch.from_numpy(16 * ref.U32 * n * steps * np.linalg.norm(q, axis=-1) * mags)
+
+
+def test_p8_smoke_rows_are_consistent_and_agree_with_fla():
+    """P8 on the smoke sizes: no error, its verdict follows its checks (from ``LIMITS``), every
+    layer is timed beside fla's recurrence and chunked form, and attnreg's outputs agree with
+    fla's recurrence within twice the float32 rounding bound; the recorded differences are the
+    ones checked here."""
+    threads = torch.get_num_threads()
+    try:
+        result = CliRunner().invoke(
+            app, ["bench", "--smoke", "--json", "--only", "P8", "--threads", str(threads)]
+        )
+        rows = json.loads(result.stdout)["targets"]
+        assert result.exit_code == (0 if all(r["passed"] for r in rows) else 1), result.output
+        assert [r["id"] for r in rows] == ["P8"]
+        row = rows[0]
+        _well_formed(row)
+        details = row["details"]
+        assert "error" not in details, details
+        assert row["target"] == target_text(p8_sequence.LIMITS)
+        checks = details["checks"]
+        assert [(c["check"], c["op"], c["limit"]) for c in checks] == [
+            (x.name, x.op, x.bound) for x in p8_sequence.LIMITS
+        ]
+        assert row["passed"] == all(c["passed"] for c in checks)
+        layers = details["layers"]
+        assert list(layers) == list(p8_sequence.P8_LAYERS)
+        speedups = [layers[n]["speedup_vs_fla_recurrent"] for n in layers]
+        assert row["value"] == checks[0]["value"] == min(speedups)
+        x = p8_sequence.p8_inputs(SMOKE.p8_heads, SMOKE.p8_length, SMOKE.p8_d)
+        for name, layer in layers.items():
+            seconds = layer["seconds"]
+            assert {"attnreg", "fla_recurrent", "fla_chunk"} <= set(seconds)
+            speedup = seconds["fla_recurrent"] / seconds["attnreg"]
+            assert layer["speedup_vs_fla_recurrent"] == speedup
+            assert layer["peak_memory"]["peak_bytes"] > 0 and "extra_bytes" in layer["peak_memory"]
+            with torch.no_grad():
+                ours = attnreg_call(name, x)
+                theirs = fla_output(name, fla_calls(name, x)["recurrent"]())
+            diff = (ours - theirs).double()
+            bound = _p8_bound(name, x)
+            if name == "linear_attention":
+                assert torch.all(diff.abs() <= bound), name
+            else:
+                assert torch.all(diff.norm(dim=-1) <= bound), name
+            assert layer["max_abs_diff"] == float(diff.abs().max())  # the same threads
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _gd_in_numpy(tasks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -227,6 +305,7 @@ def test_every_target_states_each_of_its_limits():
         "P5": bench_studies.P5_LIMITS,
         "P6": bench_studies.P6_LIMITS,
         "P7": p7_kernel_smoother.LIMITS,
+        "P8": p8_sequence.LIMITS,
     }
     assert sorted(tables) == list(TARGETS)
     for limits in tables.values():

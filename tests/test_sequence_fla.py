@@ -187,9 +187,9 @@ def test_timing_workload_runs_every_layer_and_its_references():
 
     times = workload.bench_sequence(repeat=1, length=64)
     assert set(times) == set(workload.LAYERS)
-    for layer, row in times.items():
-        want = {"attnreg", "fla_chunk"} | ({"fla_recurrent"} if layer != "mesa" else set())
-        assert set(row) == want and all(t > 0 for t in row.values())
+    for row in times.values():
+        assert set(row) == {"attnreg", "fla_chunk", "fla_recurrent"}
+        assert all(t > 0 for t in row.values())
     x = workload.workload_inputs(batch=B, heads=H, length=T, d_k=D, d_v=D)
     ours = workload.attnreg_call("gated_delta_rule", x)
     theirs = workload.fla_calls("gated_delta_rule", x)["recurrent"]()

@@ -1,4 +1,4 @@
-"""``attnreg bench``: the performance targets P1–P7, measured in one run.
+"""``attnreg bench``: the performance targets P1–P8, measured in one run.
 
 The fp32 matmul rate of the machine (torch, 2048 × 2048) is measured first; then each target
 runs its workload and its reference in the same process on the same data, in alternation after
@@ -6,11 +6,11 @@ a warm-up, and reports the median ratio, the absolute times, the peak resident s
 a child process) and pass / fail. See ``benchmarks/README.md``.
 
 One module per target — :mod:`~attnreg.bench.p1_ols`, :mod:`~attnreg.bench.p2_retrieval`,
-:mod:`~attnreg.bench.p3_linear_attention`, :mod:`~attnreg.bench.p7_kernel_smoother` (their
-sizes in :mod:`~attnreg.bench.sizes`) and :mod:`~attnreg.bench.studies` (P4–P6) — each with
-its thresholds as data (``LIMITS``, :mod:`~attnreg.bench.limits`), from which both the printed
-target and the pass/fail checks are derived; the measuring is shared
-(:mod:`~attnreg.bench.common`).
+:mod:`~attnreg.bench.p3_linear_attention`, :mod:`~attnreg.bench.p7_kernel_smoother`,
+:mod:`~attnreg.bench.p8_sequence` (their sizes in :mod:`~attnreg.bench.sizes`) and
+:mod:`~attnreg.bench.studies` (P4–P6) — each with its thresholds as data (``LIMITS``,
+:mod:`~attnreg.bench.limits`), from which both the printed target and the pass/fail checks are
+derived; the measuring is shared (:mod:`~attnreg.bench.common`).
 """
 
 from __future__ import annotations
@@ -20,12 +20,18 @@ from datetime import UTC, datetime
 
 import torch
 
-from attnreg.bench import p1_ols, p2_retrieval, p3_linear_attention, p7_kernel_smoother
+from attnreg.bench import (
+    p1_ols,
+    p2_retrieval,
+    p3_linear_attention,
+    p7_kernel_smoother,
+    p8_sequence,
+)
 from attnreg.bench.common import BenchResult, machine, matmul_rate, set_threads
 from attnreg.bench.sizes import SMOKE, Sizes
 from attnreg.bench.studies import guarded, p4_p6
 
-TARGETS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7")
+TARGETS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8")
 
 __all__ = ["TARGETS", "BenchResult", "parse_ids", "run_benchmarks"]
 
@@ -48,13 +54,14 @@ def parse_ids(only: Iterable[str] | None) -> list[str]:
 def dense_targets(
     ids: set[str], sizes: Sizes, repeat: int, rate: float, threads: int
 ) -> dict[str, Callable[[], BenchResult]]:
-    """The dense targets (P1–P3, P7) among ``ids``, as deferred calls (each looks its
+    """The dense targets (P1–P3, P7, P8) among ``ids``, as deferred calls (each looks its
     ``bench_pN`` up in its module when called)."""
     table: dict[str, Callable[[], BenchResult]] = {
         "P1": lambda: p1_ols.bench_p1(sizes, repeat, rate),
         "P2": lambda: p2_retrieval.bench_p2(sizes, repeat, rate, threads),
         "P3": lambda: p3_linear_attention.bench_p3(sizes, repeat, rate, threads),
         "P7": lambda: p7_kernel_smoother.bench_p7(sizes, repeat, rate, threads),
+        "P8": lambda: p8_sequence.bench_p8(sizes, repeat, rate, threads),
     }
     return {k: v for k, v in table.items() if k in ids}
 

@@ -1,4 +1,4 @@
-"""Problem sizes of the dense targets P1–P3 and P7: the full run, and the ``--smoke`` run (tiny
+"""Problem sizes of the dense targets P1–P3, P7 and P8: the full run, and the ``--smoke`` run (tiny
 sizes to check that the command works; its numbers mean nothing)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Sizes:
-    """Problem sizes of the dense targets P1–P3 and P7, or of the ``--smoke`` run."""
+    """Problem sizes of the dense targets P1–P3, P7 and P8, or of the ``--smoke`` run."""
 
     p1_tasks: int = 512
     p1_n: int = 64
@@ -23,6 +23,9 @@ class Sizes:
     p7_queries: int = 4_096
     p7_d: int = 8
     p7_dy: int = 1
+    p8_heads: int = 4
+    p8_length: int = 8192
+    p8_d: int = 64
     matmul: int = 2048
 
 
@@ -40,5 +43,8 @@ SMOKE = Sizes(
     p7_queries=50,
     p7_d=4,
     p7_dy=1,
+    p8_heads=2,
+    p8_length=256,
+    p8_d=16,
     matmul=128,
 )

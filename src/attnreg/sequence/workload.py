@@ -86,7 +86,10 @@ def fla_naive(layer: str) -> ModuleType:
 
 
 def fla_calls(layer: str, x: Inputs) -> dict[str, Callable[[], object]]:
-    """fla's recurrence and chunked form of ``layer`` on the workload (fla's conventions)."""
+    """fla's recurrence (``"recurrent"``) and chunked form (``"chunk"``) of ``layer`` on the
+    workload (fla's conventions); each call returns a tuple whose first item is the output,
+    ``(B, T, H, d_v)`` except for ``delta_rule`` (``(B, H, T, d_v)``), or for fla's chunked
+    linear attention the output alone."""
     q, k, v, beta, g = x["q"], x["k"], x["v"], x["beta"], x["log_alpha"]
     qf, kf, vf, bf, gf = (t.transpose(1, 2).contiguous() for t in (q, k, v, beta, g))
     if layer == "linear_attention":
@@ -114,15 +117,19 @@ def fla_calls(layer: str, x: Inputs) -> dict[str, Callable[[], object]]:
             "chunk": lambda: m.naive_chunk_gated_delta_rule(qf, kf, vf, gf, bf),
         }
     m = fla_naive("mesa_net")  # fla's chunked Mesa is conjugate gradient (30 steps, inexact)
-    return {"chunk": lambda: m.naive_mesa_net_CG(qf, kf, vf, gf, x["lam"], bf, 64)}
+    return {
+        "recurrent": lambda: m.naive_mesa_net_exact(qf, kf, vf, gf, x["lam"], bf),
+        "chunk": lambda: m.naive_mesa_net_CG(qf, kf, vf, gf, x["lam"], bf, 64),
+    }
 
 
 def bench_sequence(
     *, repeat: int = 3, length: int = 8192, layers: tuple[str, ...] = LAYERS
 ) -> dict[str, dict[str, float]]:
-    """Median seconds per layer: ``{"attnreg": …, "fla_recurrent": …, "fla_chunk": …}`` (Mesa has
-    no fla recurrence at this length: its exact reference holds every ``H_t``, 1 GiB here). One
-    untimed warm-up round, then ``repeat`` rounds in alternation, without autograd."""
+    """Median seconds per layer: ``{"attnreg": …, "fla_recurrent": …, "fla_chunk": …}`` (Mesa's
+    recurrence is fla's exact reference ``naive_mesa_net_exact``: a token loop that keeps every
+    ``H_t``, 1 GiB at the default size, then one batched solve). One untimed warm-up round, then
+    ``repeat`` rounds in alternation, without autograd."""
     check_positive_int("repeat", repeat)
     x = workload_inputs(length=length)
     out: dict[str, dict[str, float]] = {}
@@ -140,3 +147,11 @@ def bench_sequence(
                     times[name].append(time.perf_counter() - start)
             out[layer] = {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
     return out
+
+
+def fla_output(layer: str, result: object) -> torch.Tensor:
+    """The output of an fla call from :func:`fla_calls`, in attnreg's layout ``(B, H, T, d_v)``."""
+    out = result[0] if isinstance(result, tuple) else result
+    if not isinstance(out, torch.Tensor):
+        raise ValueError(f"layer: fla's {layer} returned {type(out).__name__}, not a tensor")
+    return out if layer == "delta_rule" else out.transpose(1, 2)

@@ -1,0 +1,182 @@
+"""P8: the causal sequence layers (linear attention, DeltaNet, Gated DeltaNet, Mesa) in their
+chunked form against flash-linear-attention's pure-PyTorch references (``fla-core``, its
+``fla/ops/<layer>/naive.py``; :mod:`attnreg.sequence.workload`): the token-by-token recurrence
+(for Mesa the exact reference ``naive_mesa_net_exact``, a token loop and one batched solve) and
+the chunked form (for Mesa 30 steps of conjugate gradient), on the same inputs, in alternation;
+DeltaNet's rate on its useful flops against the fp32 matmul rate measured in alternation with it;
+the peak extra memory of each attnreg call in a child process; the largest difference of each
+attnreg output from fla's recurrence.
+
+**DeltaNet's useful flops.** The recurrence does, per token and head, three products with the
+``d_k × d_v`` state: the prediction ``Sᵀ k_t`` (``d_k d_v`` multiply-adds), the write
+``S + k_t u_tᵀ`` (``d_k d_v``) and the read-out ``Sᵀ q_t`` (``d_k d_v``): ``6 d_k d_v`` flops, so
+``6 · B · H · T · d_k · d_v`` in all (0.81 GFLOP at the full size). It is the minimal count of
+the layer's definition; the chunked WY form does more (its intra-block products and the
+triangular solves), which is not counted.
+
+Without ``fla-core`` the attnreg side is timed alone, the row says so and the comparisons
+(``None``) fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import torch
+
+from attnreg.bench.common import BenchResult, matmul_fn, measure_peak, median, time_interleaved
+from attnreg.bench.limits import Limit, judge, target_text
+from attnreg.bench.sizes import Sizes
+from attnreg.sequence.workload import (
+    Inputs,
+    attnreg_call,
+    fla_calls,
+    fla_naive,
+    fla_output,
+    workload_inputs,
+)
+
+MIB = 2**20
+P8_LAYERS = ("linear_attention", "delta_rule", "gated_delta_rule", "mesa")
+
+LIMITS = (
+    Limit(
+        "min speed-up vs fla recurrence",
+        ">=",
+        20.0,
+        "each layer {op} {bound:g}× flash-linear-attention's token-by-token reference",
+    ),
+    Limit(
+        "max time / fla chunked form",
+        "<=",
+        1.0,
+        "time {op} {bound:g}× its pure-PyTorch chunked form",
+    ),
+    Limit(
+        "DeltaNet fraction of matmul rate",
+        ">=",
+        0.25,
+        "DeltaNet {op} {bound:.2f} of the fp32 matmul rate on its useful flops",
+    ),
+    Limit("peak extra memory (MiB)", "<=", 256.0, "peak extra memory {op} {bound:g} MiB"),
+)
+
+
+def p8_inputs(heads: int, length: int, d: int) -> Inputs:
+    """The P8 inputs (B = 1, ``d_k = d_v = d``, float32, seed 0; see ``workload_inputs``)."""
+    return workload_inputs(heads=heads, length=length, d_k=d, d_v=d)
+
+
+def p8_workload(layer: str, heads: int, length: int, d: int) -> Callable[[], object]:
+    """One attnreg layer call, for :func:`measure_peak` (runs in a child process)."""
+    x = p8_inputs(heads, length, d)
+
+    def run() -> object:
+        with torch.no_grad():
+            return attnreg_call(layer, x)
+
+    return run
+
+
+def delta_useful_flops(batch: int, heads: int, length: int, d_k: int, d_v: int) -> float:
+    """``6 · B · H · T · d_k · d_v``: prediction, write and read-out of the recurrence."""
+    return 6.0 * batch * heads * length * d_k * d_v
+
+
+def _fla_available() -> str | None:
+    """``None`` when fla's references load, else why not."""
+    try:
+        fla_naive("linear_attn")
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _bench_layer(
+    layer: str, x: Inputs, repeat: int, with_fla: bool, matmul: Callable[[], object] | None
+) -> dict[str, object]:
+    """Median seconds of attnreg's chunked form and fla's two forms (and the matmul, when
+    given) in alternation; the largest difference of attnreg's output from fla's recurrence."""
+    fns: dict[str, Callable[[], object]] = {"attnreg": partial(attnreg_call, layer, x)}
+    if with_fla:
+        fns.update({f"fla_{k}": f for k, f in fla_calls(layer, x).items()})
+    if matmul is not None:
+        fns["matmul"] = matmul
+    with torch.no_grad():
+        times = time_interleaved(fns, repeat)
+        ours = attnreg_call(layer, x)
+        diff = None
+        if with_fla:
+            theirs = fla_output(layer, fns["fla_recurrent"]())
+            diff = float((ours - theirs).abs().max())
+    return {"seconds": {name: median(t) for name, t in times.items()}, "max_abs_diff": diff}
+
+
+def bench_p8(sizes: Sizes, repeat: int, rate: float, threads: int) -> BenchResult:
+    """The four layers against fla's recurrence and chunked form (see the module docstring)."""
+    heads, length, d = sizes.p8_heads, sizes.p8_length, sizes.p8_d
+    x = p8_inputs(heads, length, d)
+    missing = _fla_available()
+    mm, mm_flops = matmul_fn(sizes.matmul)
+    layers: dict[str, dict[str, object]] = {}
+    for layer in P8_LAYERS:
+        layers[layer] = _bench_layer(
+            layer, x, repeat, missing is None, mm if layer == "delta_rule" else None
+        )
+        sec = layers[layer]["seconds"]
+        assert isinstance(sec, dict)
+        if missing is None:
+            layers[layer]["speedup_vs_fla_recurrent"] = sec["fla_recurrent"] / sec["attnreg"]
+            layers[layer]["time_vs_fla_chunk"] = sec["attnreg"] / sec["fla_chunk"]
+        kwargs = {"layer": layer, "heads": heads, "length": length, "d": d}
+        layers[layer]["peak_memory"] = measure_peak(
+            "attnreg.bench.p8_sequence:p8_workload", kwargs, threads
+        )
+    delta_sec = layers["delta_rule"]["seconds"]
+    assert isinstance(delta_sec, dict)
+    local_rate = mm_flops / delta_sec["matmul"]
+    flops = delta_useful_flops(1, heads, length, d, d)
+    frac = flops / delta_sec["attnreg"] / local_rate
+    extras = [p["extra_bytes"] for p in _column(layers, "peak_memory") if "extra_bytes" in p]
+    speedups = _column(layers, "speedup_vs_fla_recurrent")
+    ratios = _column(layers, "time_vs_fla_chunk")
+    full = len(extras) == len(P8_LAYERS)
+    values = {
+        "min speed-up vs fla recurrence": min(speedups) if speedups else None,
+        "max time / fla chunked form": max(ratios) if ratios else None,
+        "DeltaNet fraction of matmul rate": frac,
+        "peak extra memory (MiB)": max(extras) / MIB if full else None,
+    }
+    checks = judge(LIMITS, values)
+    reference = (
+        "flash-linear-attention (fla-core) naive.py: token-by-token recurrence "
+        "(Mesa: naive_mesa_net_exact) and chunked form (Mesa: conjugate gradient), "
+        f"in alternation; torch {sizes.matmul}² fp32 matmul (rate)"
+    )
+    if missing is not None:
+        reference = f"attnreg alone: {missing}"
+    return BenchResult(
+        id="P8",
+        workload=f"causal sequence layers {', '.join(P8_LAYERS)} (chunked form): B=1, H={heads}, "
+        f"T={length}, d_k=d_v={d}, float32",
+        value=values["min speed-up vs fla recurrence"],
+        unit="× faster than fla's token-by-token reference (slowest layer)",
+        target=target_text(LIMITS),
+        passed=all(c["passed"] for c in checks),
+        reference=reference,
+        details={
+            "checks": checks,
+            "layers": layers,
+            "fla": "not installed: " + missing if missing is not None else "fla-core naive.py",
+            "delta_useful_flops": flops,
+            "matmul_rate_gflops_interleaved": local_rate / 1e9,
+            "matmul_rate_gflops_first": rate / 1e9,
+            "delta_fraction_vs_first_rate": flops / delta_sec["attnreg"] / rate,
+        },
+    )
+
+
+def _column(layers: dict[str, dict[str, object]], key: str) -> list:
+    """The values of ``key`` over the layers that have it."""
+    return [row[key] for row in layers.values() if key in row]
