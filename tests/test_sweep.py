@@ -74,8 +74,20 @@ def test_bad_sweep_fails_before_running_anything(tmp_path, change, message):
 def test_yaml_is_safe_loaded(tmp_path):
     path = tmp_path / "evil.yaml"
     path.write_text("study: !!python/object/apply:os.system ['echo hacked']\n")
-    with pytest.raises(ValueError, match="not valid YAML"):
+    with pytest.raises(ValueError, match="invalid YAML"):
         load_sweep(path)
+
+
+def test_binary_sweep_file_is_a_one_line_error_naming_it(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_bytes(b"study: verify\n\xff\xfe\x00binary")
+    store = tmp_path / "r.db"
+    result = runner.invoke(app, ["sweep", str(path), "--store", str(store), "--no-progress"])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1, result.output
+    assert f"sweep file {str(path)!r}: not a UTF-8 text file (byte 14)" in result.output
+    assert "Traceback" not in result.output
+    assert not store.exists()
 
 
 def test_same_cell_twice_gives_identical_metrics():

@@ -134,11 +134,33 @@ def check_device(name: str, device: str) -> str:
     return device
 
 
-def load_config(cls: type[T], path: str | Path) -> T:
-    """Read a YAML (:func:`read_yaml`) or JSON file into the config dataclass ``cls``."""
-    text = Path(path).read_text()
-    data = json.loads(text) if str(path).endswith(".json") else read_yaml(text)
-    return config_from_dict(cls, data or {})
+def read_config_file(path: Path, name: str = "--config") -> dict[str, Any]:
+    """The mapping in a YAML (:func:`read_yaml`) or JSON (``.json``) file; else a one-line
+    ``ValueError`` that starts with ``name`` and the path (missing, not UTF-8 text, malformed,
+    or not a mapping)."""
+    where = f"{name} {str(path)!r}"
+    if not path.is_file():
+        raise ValueError(f"{where}: no such file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{where}: not a UTF-8 text file (byte {exc.start}); expected YAML or JSON"
+        ) from exc
+    try:
+        data = json.loads(text) if path.suffix == ".json" else read_yaml(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: invalid JSON ({exc})") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ValueError(f"{where}: invalid YAML{line} ({problem})") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: must hold a mapping of config keys to values")
+    return data
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

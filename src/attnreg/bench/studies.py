@@ -135,11 +135,12 @@ import json, sys, tempfile, torch
 from attnreg.bench.common import peak_rss_bytes, reset_peak
 reset_peak()
 torch.set_num_threads({threads})
-from attnreg.studies import capacity
-config = capacity.quick_config()
+from attnreg.studies.capacity import quick_config
+from attnreg.studies.capacity.run import run
+config = quick_config()
 {smoke}
 with tempfile.TemporaryDirectory() as out:
-    result = capacity.run(config)
+    result = run(config)
     result.write(out)
 print(json.dumps({{"rows": len(result.rows), "softmax_d": getattr(config, "softmax_d", None),
                   "peak_bytes": peak_rss_bytes()}}))

@@ -78,7 +78,7 @@ def sweep_command(
     except OSError as exc:
         fail(f"sweep file {sweep_file}: {exc.strerror or exc}")
     except ValueError as exc:
-        fail(f"sweep file {sweep_file}: {exc}")
+        fail(str(exc))
     if scheduler:
         try:
             check_scheduler(scheduler)

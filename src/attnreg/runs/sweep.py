@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from attnreg.config import read_yaml
+from attnreg.config import read_config_file
 from attnreg.core.validation import check_seed
 from attnreg.runs.cells import CellSpec, make_cell
 
@@ -87,10 +85,10 @@ def parse_sweep(data: Any) -> Sweep:
 
 
 def load_sweep(path: str | Path) -> Sweep:
-    """Read a YAML sweep file (:func:`~attnreg.config.read_yaml`: safe) and validate it."""
-    text = Path(path).read_text()
+    """Read a YAML sweep file (:func:`~attnreg.config.read_config_file`: safe YAML, one-line
+    errors) and validate it; every ``ValueError`` starts with ``sweep file`` and the path."""
+    data = read_config_file(Path(path), name="sweep file")
     try:
-        data = read_yaml(text)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"sweep file {path}: not valid YAML ({exc})") from exc
-    return parse_sweep(data)
+        return parse_sweep(data)
+    except ValueError as exc:
+        raise ValueError(f"sweep file {str(path)!r}: {exc}") from exc

@@ -13,7 +13,6 @@ exit status 2; a study whose checks fail exits with 1.
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -21,7 +20,13 @@ from typing import Any, NoReturn
 import typer
 import yaml
 
-from attnreg.config import check_device, config_from_dict, config_to_dict, read_yaml
+from attnreg.config import (
+    check_device,
+    config_from_dict,
+    config_to_dict,
+    read_config_file,
+    read_yaml,
+)
 from attnreg.output import rows_to_json
 from attnreg.progress import terminal_progress
 from attnreg.studies.common import StudyResult
@@ -35,34 +40,6 @@ def fail(message: str) -> NoReturn:
     """A user error: one line on stderr, exit status 2."""
     typer.echo(f"Error: {' '.join(str(message).split())}", err=True)
     raise typer.Exit(code=USAGE_ERROR)
-
-
-def read_config_file(path: Path) -> dict[str, Any]:
-    """The mapping in a YAML (:func:`~attnreg.config.read_yaml`) or JSON file; a clear
-    ``ValueError`` otherwise."""
-    if not path.is_file():
-        raise ValueError(f"--config {str(path)!r}: no such file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(
-            f"--config {str(path)!r}: not a UTF-8 text file (byte {exc.start}); expected YAML "
-            "or JSON"
-        ) from exc
-    try:
-        data = json.loads(text) if path.suffix == ".json" else read_yaml(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--config {str(path)!r}: invalid JSON ({exc})") from exc
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where is not None else ""
-        problem = getattr(exc, "problem", None) or type(exc).__name__
-        raise ValueError(f"--config {str(path)!r}: invalid YAML{line} ({problem})") from exc
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ValueError(f"--config {str(path)!r}: must hold a mapping of config keys to values")
-    return data
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:

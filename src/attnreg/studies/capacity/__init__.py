@@ -9,10 +9,8 @@ Modules: :mod:`~attnreg.studies.capacity.config` (settings and profiles, a leaf)
 :data:`SPEC`, from which the registry builds ``attnreg capacity``, its sweep cells and its
 report section."""
 
-from typing import Any
-
 from attnreg.studies.capacity.config import CapacityConfig, full_config, quick_config
-from attnreg.studies.spec import StudySpec, load
+from attnreg.studies.spec import StudySpec
 
 SPEC = StudySpec(
     name="capacity",
@@ -27,16 +25,6 @@ SPEC = StudySpec(
     json_view="attnreg.studies.capacity.run:json_rows",
     ledger=True,
 )
-
-
-def __getattr__(name: str) -> Any:
-    """``capacity.run``: the runner function, imported on first use (``attnreg bench``'s P5
-    calls it so); the runner's module is :mod:`attnreg.studies.capacity.run`."""
-    if name == "run":
-        runner = load(SPEC.runner)
-        globals()["run"] = runner  # the import bound the submodule to this name: rebind
-        return runner
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["SPEC", "CapacityConfig", "full_config", "quick_config"]

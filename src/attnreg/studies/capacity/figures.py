@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from attnreg.core.scores import UHN_SEPARATIONS as SEPARATIONS
+from attnreg.core.scores import UHN_SEPARATIONS
 from attnreg.memory import GRID_SIMILARITIES
 from attnreg.output import new_figure
 from attnreg.studies.capacity.config import CapacityConfig
@@ -223,7 +223,7 @@ def grid_figure(rows: list[dict[str, Any]]) -> Figure:
             for r in recall
             if r["query"] == query and r["n"] == n
         }
-        grid = np.array([[cells[(s, p)] for p in SEPARATIONS] for s in GRID_SIMILARITIES])
+        grid = np.array([[cells[(s, p)] for p in UHN_SEPARATIONS] for s in GRID_SIMILARITIES])
         _heatmap(ax, grid, f"digits, {query} query, N = {n}\nrecall fraction", "{:.2f}", 0, 1)
     cap = {
         r["family"]: r for r in rows if r["kind"] == "capacity" and r["family"].startswith("uhn:")
@@ -231,7 +231,7 @@ def grid_figure(rows: list[dict[str, Any]]) -> Figure:
     if cap:
         grid = np.array(
             [
-                [math.log10(max(cap[f"uhn:{s}/{p}"]["n_max"], 1)) for p in SEPARATIONS]
+                [math.log10(max(cap[f"uhn:{s}/{p}"]["n_max"], 1)) for p in UHN_SEPARATIONS]
                 for s in GRID_SIMILARITIES
             ]
         )
@@ -252,7 +252,7 @@ def _heatmap(
     ax: Any, grid: np.ndarray, title: str, fmt: str, vmin: float, vmax: float | None
 ) -> None:
     image = ax.imshow(grid, cmap="viridis", vmin=vmin, vmax=vmax)
-    ax.set_xticks(range(len(SEPARATIONS)), SEPARATIONS)
+    ax.set_xticks(range(len(UHN_SEPARATIONS)), UHN_SEPARATIONS)
     ax.set_yticks(range(len(GRID_SIMILARITIES)), GRID_SIMILARITIES)
     ax.set_title(title, fontsize=9)
     for i in range(grid.shape[0]):

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnreg.core.scores import UHN_SEPARATIONS as SEPARATIONS
+from attnreg.core.scores import UHN_SEPARATIONS
 from attnreg.core.threads import torch_threads
 from attnreg.core.whitening import ConditioningWarning, RankWarning
 from attnreg.memory import GRID_SIMILARITIES
@@ -141,7 +141,7 @@ def _digits_cells(
     for n in config.digits_n:
         for query in ("mask", "noise"):
             for sim in GRID_SIMILARITIES:
-                for sep in SEPARATIONS:
+                for sep in UHN_SEPARATIONS:
                     recalls = []
                     for i in range(config.seeds):
                         gen = fam.cell_generator(config.seed + i, f"digits:{query}", 64, n)

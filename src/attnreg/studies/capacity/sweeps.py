@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from attnreg.core.scores import UHN_SEPARATIONS as SEPARATIONS
+from attnreg.core.scores import UHN_SEPARATIONS
 from attnreg.core.threads import torch_threads
 from attnreg.memory import GRID_SIMILARITIES
 from attnreg.studies.capacity import families as fam
@@ -126,7 +126,7 @@ def families(config: CapacityConfig) -> list[fam.Family]:
     )
     k_grid = max(1, round(c.grid_random_flip_fraction * c.grid_random_d))
     for sim in GRID_SIMILARITIES:
-        for sep in SEPARATIONS:
+        for sep in UHN_SEPARATIONS:
             theory = (
                 (lambda d: fam.nearest_pattern_bound(d, k_grid, c.epsilon))
                 if sep == "max"
@@ -159,7 +159,7 @@ def task_count(config: CapacityConfig) -> int:
     )
     curves = sum(len(f.dims) for f in families(config)) * config.seeds
     curves += sum(len(dims) for dims in energy_dims) * config.seeds
-    grid = len(GRID_SIMILARITIES) * len(SEPARATIONS) * 2 * len(config.digits_n) * config.seeds
+    grid = len(GRID_SIMILARITIES) * len(UHN_SEPARATIONS) * 2 * len(config.digits_n) * config.seeds
     return curves + grid + len(config.pinv_d)
 
 
