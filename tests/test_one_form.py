@@ -63,6 +63,8 @@ ALLOWED: dict[str, str] = {
     "memory/classical.py": "the asynchronous dense-associative-memory sweep updates the "
     "overlaps one coordinate at a time (the core's step is synchronous)",
     "constructions/mesa.py": "Sherman–Morrison updates of a d × d inverse",
+    "studies/depth/iterates.py": "the reference iterations (GD, preconditioned GD, "
+    "Newton–Schulz) in closed form: d × d iterates applied to the queries",
     "constructions/newton.py": "Newton's start α = 2/‖S Sᵀ‖_F of the d × d Gram S = XᵀX + λI",
 }
 
