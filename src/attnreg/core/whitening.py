@@ -17,7 +17,8 @@ Three methods give the same layer (any ``L`` with ``L Lᵀ = S⁻¹`` does):
   zero, so it refuses a design whose condition bound ``tr(S + λI) · ‖L‖_F²`` (between
   ``κ`` and ``d² κ``) exceeds ``1/(max(N, d) · u)``: use ``"svd"`` for rank-deficient data.
   Like the other two it warns (:class:`ConditioningWarning`) when ``κ(S + λI) > 1/√u``, with
-  ``κ`` estimated by power iteration (:func:`cholesky_condition`).
+  ``κ`` estimated by power iteration (:func:`cholesky_condition`) only where the cheap bound
+  reaches that threshold.
 
 Sources: Goulet Coulombe, "OLS as an Attention Mechanism" (arXiv 2504.09663); Tan & Zhao,
 "Ordinary Least Squares is a Special Case of Transformer" (arXiv 2604.13656).
@@ -52,7 +53,9 @@ class Whitening:
     ``kept`` marks the columns outside X's numerical null space (``None`` for Cholesky: all),
     ``rank`` the numerical rank of each task's ``X``, ``scale`` the divisor ``c`` (1 or N),
     ``ridge`` the λ of each task (``(B,)``), ``condition`` the condition number of ``S_c + λI``
-    over its kept eigenvalues (for Cholesky, its power-iteration estimate, at most ``κ``).
+    over its kept eigenvalues (for Cholesky, the bound ``tr(S + λI) · ‖L‖_F²`` between ``κ`` and
+    ``d² κ``; where that bound exceeds ``1/√u``, the smaller of it and the power-iteration
+    estimate, at most ``κ``, so the warning fires only when the estimate does).
     """
 
     matrix: torch.Tensor
@@ -239,7 +242,10 @@ def _cholesky(x: torch.Tensor, lam: torch.Tensor, c: float) -> Whitening:
             "method='svd' (pseudo-inverse, minimum-norm) or ridge > 0"
         )
     rank = torch.full((x.shape[0],), d, dtype=torch.long, device=x.device)
-    return Whitening(matrix, None, None, rank, c, lam, cholesky_condition(s, matrix))
+    if bool((estimate * unit**0.5 > 1).any()):
+        # the bound (≥ κ) reaches the warning threshold: refine it (≤ κ) before warning
+        estimate = torch.minimum(estimate, cholesky_condition(s, matrix))
+    return Whitening(matrix, None, None, rank, c, lam, estimate)
 
 
 POWER_STEPS = 2
