@@ -126,4 +126,4 @@ def test_scheduler_without_dask_executor_is_refused(tmp_path):
 
 
 def test_unreadable_sweep_file_names_it(tmp_path):
-    _fails(["sweep", str(tmp_path / "missing.yaml")], "missing.yaml", "No such file")
+    _fails(["sweep", str(tmp_path / "missing.yaml")], "missing.yaml", "no such file")

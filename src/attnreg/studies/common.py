@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from attnreg.models import TokenModel
-    from attnreg.studies.ledger import Claim
 
 Summary = dict[str, Any]
 """A study's summary: a question or headline → a short sentence (``str``) or a table
@@ -91,7 +90,7 @@ class StudyResult:
     summary: Summary = field(default_factory=dict)
     checks: list[dict[str, Any]] = field(default_factory=list)
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    claims: list[Claim] = field(default_factory=list)
+    claims: list[Any] = field(default_factory=list)  # ledger.Claim (ledger imports this)
     models: dict[str, tuple[TokenModel, dict[str, Any]]] = field(default_factory=dict)
 
     def add(self, section: Section) -> None:
@@ -141,7 +140,7 @@ class Section:
     checks: list[dict[str, Any]] = field(default_factory=list)
     figures: list[FigureRecord] = field(default_factory=list)
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    claims: list[Claim] = field(default_factory=list)
+    claims: list[Any] = field(default_factory=list)  # ledger.Claim (ledger imports this)
 
 
 def check(name: str, value: float, op: str, limit: float) -> dict[str, Any]:
