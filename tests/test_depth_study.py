@@ -126,6 +126,27 @@ def test_summary_numbers_are_the_rows(tiny):
         assert f"ℓ{r['layer']}→{r['best_match']} ({g4(r['match_error'])})" in text
 
 
+def test_trained_stacks_switch_residual_and_layernorm():
+    """The config's switches reach the trained models: without the residual stream and with a
+    LayerNorm the stacks are other functions (other losses), the rows keep their keys; a
+    non-flag is refused naming the key."""
+    from attnreg.progress import Progress
+    from attnreg.studies.depth.trained import trained_rows
+
+    small = TINY | {"train_layers": [2], "max_iterates": 3}
+    plain = trained_rows(DepthConfig(**small), Progress.quiet())
+    for residual, layernorm in ((False, False), (True, True)):
+        cfg = DepthConfig(**small, train_residual=residual, train_layernorm=layernorm)
+        rows = trained_rows(cfg, Progress.quiet())
+        trained = [r for r in rows if r["kind"] == "trained"]
+        assert trained and all(TRAINED_KEYS <= set(r) for r in trained)
+        before = [r["loss"] for r in plain if r["kind"] == "trained"]
+        assert [r["loss"] for r in trained] != before
+    for key in ("train_residual", "train_layernorm"):
+        with pytest.raises(ValueError, match=key):
+            DepthConfig(**{key: "no"})
+
+
 def test_the_command_writes_the_json_rows(tmp_path):
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(TINY | {"cap": 20, "kappas": [1.0, 10.0]}))

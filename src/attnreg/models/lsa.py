@@ -31,7 +31,9 @@ Parametrisations (``variant``):
 * ``"factored"``: four free matrices ``W_Q, W_K, W_V, P`` per head (the paper's model).
 
 ``layers`` layers deep, each with its own weights, or ``recurrent`` (one set of weights applied
-``layers`` times).
+``layers`` times). :class:`TrainableLSA` can drop the residual stream (``residual=False``: a
+layer's output is its update alone) or add a pre-attention LayerNorm (``layernorm=True``:
+``e ← e + update(LN(e))``, the update computed from the normalised tokens).
 
 :meth:`TokenModel.states` keeps the hidden state (every token) before the first layer and after
 each layer of one forward pass; :meth:`TokenModel.depth_predictions` reads the prediction from
@@ -44,6 +46,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Self
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from attnreg.core.attention import Attention
@@ -53,6 +56,7 @@ from attnreg.core.validation import (
     as_tensor,
     check_choice,
     check_finite_result,
+    check_flag,
     check_nonnegative,
     check_positive_int,
     check_seed,
@@ -69,6 +73,10 @@ class TokenModel(Hooked, ABC):
 
     kind = "token-model"
     w0: torch.Tensor | None
+    residual = True
+    """Each layer adds its update to the tokens (the residual stream); ``False``: the update
+    replaces them."""
+    norms: nn.ModuleList | None
 
     def __init__(
         self, d: int, dy: int, layers: int, heads: int, recurrent: bool, separation: str
@@ -81,6 +89,8 @@ class TokenModel(Hooked, ABC):
         self.recurrent = bool(recurrent)
         self.layers = nn.ModuleList(Attention("dot", separation) for _ in range(self.n_layers))
         self.register_buffer("w0", None)
+        # a pre-attention LayerNorm per weight set (None: none): a layer attends over LN(T)
+        self.norms = None
 
     @property
     def width(self) -> int:
@@ -153,11 +163,33 @@ class TokenModel(Hooked, ABC):
             keep.append(tokens)
         for i in range(self.n_layers):
             last = queries_only and i == self.n_layers - 1
-            queries = tokens[:, n_ctx:] if last else tokens
-            tokens = queries + self.attend(i, queries, tokens[:, :n_ctx])
+            tokens = self._layer(i, tokens, n_ctx, last)
             if keep is not None:
                 keep.append(tokens)
         return tokens
+
+    def _normed(self, i: int, tokens: torch.Tensor) -> torch.Tensor:
+        """Layer ``i``'s LayerNorm of ``tokens`` in their dtype (the tokens unless
+        :attr:`norms`)."""
+        if self.norms is None:
+            return tokens
+        norm = self.norms[0 if self.recurrent else i]
+        assert isinstance(norm, nn.LayerNorm)
+        dtype = tokens.dtype
+        return F.layer_norm(
+            tokens, norm.normalized_shape, norm.weight.to(dtype), norm.bias.to(dtype), norm.eps
+        )
+
+    def _layer(self, i: int, tokens: torch.Tensor, n_ctx: int, last: bool) -> torch.Tensor:
+        """Layer ``i``: ``T + attend(LN(T))`` with the residual stream, ``attend(LN(T))``
+        without (``LN`` the identity unless :attr:`norms`); ``last``: only the tokens after the
+        first ``n_ctx`` are updated and returned."""
+        normed = self._normed(i, tokens)
+        queries = normed[:, n_ctx:] if last else normed
+        update = self.attend(i, queries, normed[:, :n_ctx])
+        if not self.residual:
+            return update
+        return (tokens[:, n_ctx:] if last else tokens) + update
 
     def key_count(self, n_ctx: int) -> int:
         """How many leading tokens are the keys, for ``n_ctx`` context examples (here: the
@@ -198,10 +230,13 @@ class TokenModel(Hooked, ABC):
         n = x_ctx.shape[1]
         tokens = self.tokens(x_ctx, y_ctx, x_query)
         for i in range(self.n_layers - 1):
-            tokens = tokens + self.attend(i, tokens, tokens[:, :n])
-        queries = tokens[:, n:]
+            tokens = self._layer(i, tokens, n, False)
         last = self.n_layers - 1
-        return -(queries[..., self.d :] + self.attend(last, queries, tokens[:, :n], readout=True))
+        normed = self._normed(last, tokens)
+        update = self.attend(last, normed[:, n:], normed[:, :n], readout=True)
+        if not self.residual:
+            return -update
+        return -(tokens[:, n:, self.d :] + update)
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """The one signature: ``(B, N, d), (B, N, dy), (B, M, d) -> (B, M, dy)`` (minus the
@@ -241,6 +276,10 @@ class TrainableLSA(TokenModel):
 
     ``init_scale``: standard deviation of the initial weights (small: von Oswald et al. use a
     small Gaussian initialisation). ``seed`` makes the initialisation reproducible.
+    ``residual=False`` drops the residual stream (each layer's output is its attention update
+    alone); ``layernorm=True`` puts a LayerNorm over the token (learned scale and shift, from 1
+    and 0) before each layer's attention, pre-LN: ``T ← T + attend(LN(T))``. The defaults are
+    von Oswald et al.'s architecture (residual stream, no LayerNorm).
     """
 
     kind = "lsa"
@@ -258,11 +297,19 @@ class TrainableLSA(TokenModel):
         init_scale: float = 0.05,
         seed: int = 0,
         dtype: torch.dtype = torch.float32,
+        residual: bool = True,
+        layernorm: bool = False,
     ) -> None:
         super().__init__(d, dy, layers, heads, recurrent, "identity")
         self.variant = check_choice("variant", variant, VARIANTS)
         self.init_scale = check_nonnegative("init_scale", init_scale)
         self.seed = check_seed("seed", seed)
+        self.residual = check_flag("residual", residual)
+        self.layernorm = check_flag("layernorm", layernorm)
+        if self.layernorm:
+            self.norms = nn.ModuleList(
+                nn.LayerNorm(self.width, dtype=dtype) for _ in range(self.n_weight_sets)
+            )
         gen = torch.Generator().manual_seed(self.seed)
         shape = (self.n_weight_sets, heads, self.width, self.width)
         if variant == "factored":
@@ -371,6 +418,8 @@ class TrainableLSA(TokenModel):
             "variant": self.variant,
             "init_scale": self.init_scale,
             "seed": self.seed,
+            "residual": self.residual,
+            "layernorm": self.layernorm,
         }
 
 
