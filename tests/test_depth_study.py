@@ -160,6 +160,15 @@ def test_the_command_writes_the_json_rows(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert {r["kind"] for r in rows} == {"atlas", "trained"}
+    atlas = [r for r in rows if r["kind"] == "atlas"]
+    assert all(ATLAS_KEYS <= set(r) for r in atlas)
+    assert {r["method"] for r in atlas} == {"gd", "gd++", "preconditioned", "newton"}
+    assert all(r["layers_needed"] is None or isinstance(r["layers_needed"], int) for r in atlas)
+    assert any(r["layers_needed"] is None for r in atlas)  # JSON null: the cap came first
+    assert all(isinstance(r["theory_layers"], int | None) for r in atlas)
+    trained = [r for r in rows if r["kind"] == "trained"]
+    assert all(TRAINED_KEYS <= set(r) for r in trained)
+    assert all(isinstance(r["best_match"], int) and r["layer"] >= 1 for r in trained)
     assert json.loads((tmp_path / "out" / "depth_rows.json").read_text())
     for name in ("depth_atlas", "depth_trained", "depth_noise"):
         assert (tmp_path / "out" / f"{name}.png").is_file()

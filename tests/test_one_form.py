@@ -67,7 +67,8 @@ ALLOWED: dict[str, str] = {
     "Newton–Schulz) in closed form: d × d iterates applied to the queries",
     "constructions/newton.py": "Newton's start α = 2/‖S Sᵀ‖_F of the d × d Gram S = XᵀX + λI",
     "studies/verify/stack_references.py": "the numpy references the stacks are certified "
-    "against: the GD, GD++ and Newton–Schulz iterations and their rounding-error magnitudes",
+    "against: the GD, GD++, Newton–Schulz and kernel Richardson iterations and their "
+    "rounding-error magnitudes",
     "studies/verify/stack_rows.py": "Newton's start α from ‖S Sᵀ‖_F of the d × d Gram S = XᵀX",
 }
 

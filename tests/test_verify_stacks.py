@@ -1,7 +1,7 @@
-"""`attnreg verify`'s stack rows: GD, GD++, preconditioned GD and Newton–Schulz at several
-depths, every hidden state against the iteration in numpy — they pass on every case and dtype,
-and they fail when one weight of one layer is perturbed (also where the prediction does not
-change: the row checks every state, not only the read-out)."""
+"""`attnreg verify`'s stack rows: GD, GD++, preconditioned GD, Newton–Schulz and the kernel
+Richardson stack at several depths, every hidden state against the iteration in numpy — they
+pass on every case and dtype, and they fail when one weight of one layer is perturbed (also
+where the prediction does not change: the row checks every state, not only the read-out)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from attnreg.studies.verify import stack_rows as sr
 from attnreg.studies.verify.certificate import CASES, make_task, scale_exponent
 from attnreg.studies.verify.config import VerifyConfig
 
-FAMILIES = ("GD,", "GD++,", "preconditioned GD (Γ),", "Newton–Schulz,")
+FAMILIES = ("GD,", "GD++,", "preconditioned GD (Γ),", "Newton–Schulz,", "kernel Richardson")
 
 
 def rows_of(case_label: str, dtype: str, cfg: VerifyConfig) -> list[dict]:
@@ -175,6 +175,23 @@ def test_gd_plus_plus_states_end_in_the_token_loop():
     states = sref.gd_plus_plus_states(x, y, q, etas, cs)
     want = ref.gd_plus_plus_loop(x, y, q, etas, [c / n for c in cs])
     np.testing.assert_allclose(-states[-1][n:, d:], want, atol=1e-13)
+
+
+def test_kernel_states_end_in_scikit_learn_kernel_ridge():
+    """Many Richardson steps: the context's a-slots are KernelRidge's dual coefficients and the
+    queries' p-slots its prediction (scikit-learn, rbf kernel with γ = 1/(2h²))."""
+    from sklearn.kernel_ridge import KernelRidge
+
+    rng = np.random.default_rng(3)
+    n, d, dy, h, lam = 10, 3, 2, 1.2, 0.7
+    x, y, q = rng.normal(size=(n, d)), rng.normal(size=(n, dy)), rng.normal(size=(4, d))
+    states = sref.kernel_states(x, y, q, h, lam, 1.0, 400)
+    assert len(states) == 2 * 400 + 3
+    sl = sref.kernel_slots(d, dy)
+    model = KernelRidge(alpha=lam, kernel="rbf", gamma=1 / (2 * h * h)).fit(x, y)
+    np.testing.assert_allclose(states[-1][:n, sl["a"]], model.dual_coef_, atol=1e-9)
+    np.testing.assert_allclose(states[-1][n + 1 :, sl["p"]], model.predict(q), atol=1e-9)
+    assert not states[-1][n:, sl["a"]].any()  # the sink and the queries keep a = 0
 
 
 def test_newton_states_converge_to_the_pseudo_inverse():

@@ -23,8 +23,9 @@ SPEC = StudySpec(
     "OLS-attention, GD/GD++/preconditioned LSA, mesa layer) and every sequence layer of "
     "attnreg.sequence from random tasks, including degenerate and extreme-scale designs, run "
     "its forward pass and compare it with numpy / scikit-learn; the fixed-weight stacks (GD, "
-    "GD++, preconditioned GD, Newton–Schulz) at several depths, every hidden state against the "
-    "iteration in numpy. Exit status 1 if any row exceeds its tolerance.",
+    "GD++, preconditioned GD, Newton–Schulz, kernel Richardson) at several depths, every "
+    "hidden state against the iteration in numpy. Exit status 1 if any row exceeds its "
+    "tolerance.",
     title="verify — the equivalence certificate",
     extras=(
         Extra("--dtype", "dtypes", "Precision to check: float64, float32 or both.", parse_dtypes),

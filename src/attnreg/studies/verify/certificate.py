@@ -10,8 +10,9 @@ and compare with an independent numpy / scikit-learn reference
 layers of :mod:`attnreg.sequence` get a row each on every case too, each task read as one causal
 sequence (:mod:`attnreg.studies.verify.sequence_rows`, which states their token mapping and
 their rounding-error tolerances). The fixed-weight stacks (GD, GD++, preconditioned GD,
-Newton–Schulz) get a row per depth on every case too, every hidden state against the iteration
-in numpy (:mod:`attnreg.studies.verify.stack_rows`, which states their error bounds).
+Newton–Schulz, kernel Richardson) get a row per depth on every case too, every hidden state
+against the iteration in numpy (:mod:`attnreg.studies.verify.stack_rows`, which states their
+error bounds).
 
 Task shapes (:data:`CASES`): random designs with ``N > d``, ``N = d``, ``N < d`` (rank N), several
 targets, a batch, an ill-conditioned design; and the degenerate designs users have — an all-zero

@@ -19,6 +19,10 @@ the first layer and after every layer, in the token layout of the stack it check
   the basis (``e = e_a``) and the query (``e = x*``) tokens: after layer 0, ``m = M_0 e``; after
   the first layer of step k, ``u = S M_k e`` and ``p = C M_k e``; after its second,
   ``m = M_{k+1} e``, ``u = 0``, ``p = C M_{k+1} e``.
+* **Kernel Richardson** (Yan, Li, Kulick & Tang 2026) for Gaussian kernel ridge regression,
+  ``α_{t+1} = α_t + ω (D + λI)⁻¹ (Y − (K + λI) α_t)``, read into
+  :class:`attnreg.constructions.KernelRichardsonStack`'s slots (:func:`kernel_states`; its
+  bound, :func:`kernel_bounds`, is a largest-entry bound stated there).
 
 **The bounds** (first order in the unit roundoff ``u`` of the stack's dtype;
 ``γ_n = n u/(1 − n u)``). One layer of a stack is attention with identity separation; the core
@@ -249,4 +253,99 @@ def newton_bounds(
         e_m = (nr + nrt) * e_m + nm * f_ub + f_mb
         e_u, m = e_u_next, m_next
         out.append(e_m + e_q + e_pb + e_pq + e_u)
+    return np.array(out)
+
+
+def kernel_slots(d: int, dy: int) -> dict[str, slice]:
+    """Columns of the kernel Richardson stack's slots ``(x, y, one, n, f, m, s, a, u, p)``."""
+    edges = np.cumsum([0, d, dy, 1, 1, 1, 1, 1, dy, dy, dy])
+    names = ("x", "y", "one", "n", "f", "m", "s", "a", "u", "p")
+    return {k: slice(int(a), int(b)) for k, a, b in zip(names, edges[:-1], edges[1:], strict=True)}
+
+
+def _kernel_weights(
+    x: NDArray[np.longdouble], xq: NDArray[np.longdouble], h: float, lam: float
+) -> tuple[NDArray[np.longdouble], NDArray[np.longdouble]]:
+    """``k(z_t, x_j)`` for every token position ``z_t`` (the context, the sink at 0, the
+    queries) against the context, ``(T, N)``, and the degrees ``D_t + λ``."""
+    points = np.vstack([x, np.zeros((1, x.shape[1]), dtype=EXT), xq])
+    kern = np.exp(-((points[:, None, :] - x[None, :, :]) ** 2).sum(-1) / EXT(2 * h * h))
+    return kern, kern.sum(1) + EXT(lam)
+
+
+def kernel_states(
+    x: Array, y: Array, xq: Array, h: float, lam: float, omega: float, steps: int
+) -> list[Array]:
+    """Preconditioned Richardson for Gaussian kernel ridge regression (Yan et al. 2026),
+    ``α_{t+1} = α_t + ω (D + λI)⁻¹ (Y − (K + λI) α_t)`` from ``α_0 = 0``, read into
+    :class:`attnreg.constructions.KernelRichardsonStack`'s slots: the ``2·steps + 3`` states
+    ``(N + 1 + M, d + 4dy + 5)`` — after attention ``A_t`` every token (a query at its ``x``;
+    the sink at 0) holds ``u = k(z, ·) α_t / (D(z) + λ)`` and, from ``A_0`` on,
+    ``s = λ/(D(z) + λ)``; after the step block ``E_t`` the context holds ``a = α_{t+1}`` and
+    ``u = 0``; the read-out ``R`` writes ``p = k(z, ·) α_K / (D(z) + λ)`` and ``Q`` scales it
+    to ``k(z, ·) α_K``."""
+    xe, ye, qe = _ext(x, y, xq)
+    (n, d), dy = xe.shape, ye.shape[1]
+    sl = kernel_slots(d, dy)
+    kern, deg = _kernel_weights(xe, qe, h, lam)
+    weights = kern / deg[:, None]
+    state = np.zeros((n + 1 + len(qe), d + 4 * dy + 5), dtype=EXT)
+    state[:n, sl["x"]], state[n + 1 :, sl["x"]], state[:n, sl["y"]] = xe, qe, ye
+    state[:, sl["one"]] = 1
+    state[:n, sl["n"]] = (xe * xe).sum(1, keepdims=True) / 2
+    state[n + 1 :, sl["n"]] = (qe * qe).sum(1, keepdims=True) / 2
+    state[:n, sl["f"]], state[n, sl["m"]] = 1, 1
+    states = [state.copy()]
+    alpha = np.zeros_like(ye)
+    precond = 1 / deg[:n, None]
+    for _ in range(steps):
+        state[:, sl["u"]] = weights @ alpha
+        state[:, sl["s"]] = EXT(lam) / deg[:, None]
+        states.append(state.copy())
+        alpha = alpha + EXT(omega) * precond * (ye - kern[:n] @ alpha - EXT(lam) * alpha)
+        state[:n, sl["a"]], state[:, sl["u"]] = alpha, 0
+        states.append(state.copy())
+    state[:, sl["p"]] = weights @ alpha
+    states.append(state.copy())
+    state[:, sl["p"]] = kern @ alpha
+    states.append(state)
+    return _f64(states)
+
+
+def kernel_bounds(
+    x: Array, y: Array, xq: Array, h: float, lam: float, omega: float, steps: int, unit: float
+) -> Array:
+    """Bounds on the largest error of every state of :func:`kernel_states`: the analysis of
+    ``tests/test_kernel_richardson.py`` — a layer's relative error ``r = u (2(3W + N + 1) +
+    4 W S + 2W + 3dy + 2)`` (``W`` the width, ``S`` the largest ``|β · score|``), the local
+    error ``r (ω m_t + max|α_t|)`` of step t with ``m_t = max_i [P(|Y| + (K + λI)|α_t|)]_i``,
+    carried to ``max|α̂_t − α_t| ≤ e_t = √(N κ(P)) Σ_{τ<t}`` of them; the u-slots
+    ``r max (w|α_t|) + e_t`` (``w`` the attention weights, summing to at most 1), the s-slot
+    ``r max s``, the read-out ``r max (w|α_K|) + e_K`` and after ``Q``
+    ``max_z (D(z) e_K + 2 r (k(z, ·)|α_K|))``."""
+    n, d = x.shape
+    dy = y.shape[1]
+    width = d + 4 * dy + 5
+    xe, qe = _ext(x, xq)
+    kern, deg = (np.asarray(a, dtype=np.float64) for a in _kernel_weights(xe, qe, h, lam))
+    points = np.vstack([x, np.zeros((1, d)), xq])
+    ctx = (points @ x.T - (x * x).sum(1)[None, :] / 2) / h**2
+    sink = (points * points).sum(1) / (2 * h**2) + np.log(lam)
+    score = float(max(np.abs(ctx).max(), np.abs(sink).max()))
+    r = unit * (2 * (3 * width + n + 1) + 4 * width * score + 2 * width + 3 * dy + 2)
+    growth = np.sqrt(n * deg[:n].max() / deg[:n].min())
+    weights, s_err = kern / deg[:, None], r * float((lam / deg).max())
+    gram = kern[:n] + lam * np.eye(n)
+    alpha, e_alpha = np.zeros_like(y), 0.0
+    out = [0.0]
+    for _ in range(steps):
+        out.append(max(e_alpha, s_err, r * float((weights @ np.abs(alpha)).max()) + e_alpha))
+        m_t = float(((np.abs(y) + gram @ np.abs(alpha)) / deg[:n, None]).max())
+        e_alpha += growth * r * (omega * m_t + float(np.abs(alpha).max()))
+        alpha = alpha + omega * (y - gram @ alpha) / deg[:n, None]
+        out.append(max(e_alpha, s_err))
+    read = r * float((weights @ np.abs(alpha)).max()) + e_alpha
+    out.append(max(e_alpha, s_err, read))
+    pred = float((deg * e_alpha + 2 * r * (kern @ np.abs(alpha)).max(1)).max())
+    out.append(max(e_alpha, s_err, pred))
     return np.array(out)

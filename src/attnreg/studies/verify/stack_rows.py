@@ -1,6 +1,8 @@
 """The certificate's rows for the fixed-weight stacks: GD, GD++, preconditioned GD
-(:class:`attnreg.constructions.LSAStack`) at 1, 2, 4 and 8 layers, and Newton–Schulz
-(:class:`attnreg.constructions.NewtonStack`) at 1, 2, 4 and 8 steps (3, 5, 9, 17 layers). Each
+(:class:`attnreg.constructions.LSAStack`) at 1, 2, 4 and 8 layers, Newton–Schulz
+(:class:`attnreg.constructions.NewtonStack`) at 1, 2, 4 and 8 steps (3, 5, 9, 17 layers) and
+the kernel Richardson stack (:class:`attnreg.constructions.KernelRichardsonStack`, softmax
+attention and gated blocks) at 1, 2, 4 and 8 steps (4, 6, 10, 18 layers; :data:`KERNEL`). Each
 row runs one forward pass of the stack (:meth:`~attnreg.models.lsa.TokenModel.states`) and
 checks **every hidden state** — the embedding and the state after each layer, every token —
 against the same iteration written as a numpy loop
@@ -16,7 +18,8 @@ numbers of the dtype so that the stack and the reference use the same ones: the 
 ``c = 1/8`` on the context mean (``γ = c/N`` on the sum); ``Γ = (GGᵀ/d + I)/‖GGᵀ/d + I‖₂``;
 Newton with ``λ = 0`` (the minimum-norm least-squares inverse on ``N < d`` and collinear
 designs) and ``α = 2^⌊log₂(1/max_b ‖S_b²‖_F)⌋`` — Fu et al.'s ``2/‖SSᵀ‖_F`` halved and rounded
-down to a power of two, so that ``α ≤ 1/‖S‖₂²`` and ``‖I − S M_k‖₂ ≤ 1``.
+down to a power of two, so that ``α ≤ 1/‖S‖₂²`` and ``‖I − S M_k‖₂ ≤ 1``; the kernel stack's
+Y-carrying slots are y, a, u and p.
 
 A row's error at state ``l`` of task ``b`` is ``max |ŝ − s| / max |s|``, its tolerance
 ``max(base, 2 B_l / max |s|) · tol_scale`` with ``B_l`` the rounding-error bound of
@@ -37,13 +40,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnreg.constructions import LSAStack, NewtonStack
+from attnreg.constructions import KernelRichardsonStack, LSAStack, NewtonStack
 from attnreg.models.lsa import TokenModel
 from attnreg.studies.verify import stack_references as sref
 from attnreg.studies.verify.config import DTYPES, VerifyConfig
 
 DEPTHS = (1, 2, 4, 8)
-"""The depths of every stack: layers for the GD family, Newton steps for Newton–Schulz."""
+"""The depths of every stack: layers for the GD family, steps for Newton–Schulz and kernel
+Richardson."""
 ETAS = (0.75, 0.5, 0.625, 0.875, 0.5, 0.75, 0.625, 0.875)
 """The step of each layer (a stack of depth L takes the first L)."""
 GDPP_C = 0.125
@@ -56,23 +60,33 @@ def gd_scale(x: np.ndarray) -> float:
 
 
 Builder = Callable[[int, torch.dtype], TokenModel]
+Expected = tuple[list[list[np.ndarray]], list[np.ndarray]]
+
+
+def _prefixes(
+    states: list[list[np.ndarray]], bounds: list[np.ndarray]
+) -> Callable[[int], Expected]:
+    """``expect`` of an iteration whose shallower stacks' states are the first states of the
+    deepest one's: ``layers(depth) + 1`` of them, ``layers`` given to the returned function."""
+
+    def expect(layers: int) -> Expected:
+        return [st[: layers + 1] for st in states], [bd[: layers + 1] for bd in bounds]
+
+    return expect
 
 
 @dataclass(frozen=True)
 class StackFamily:
     """One stack at every depth: ``build(depth, dtype)`` the module, ``label(depth)`` its row
-    name, ``states[b]`` and ``bounds[b]`` the reference states and their error bounds at the
-    deepest depth (task ``b``), ``y_slots`` the columns that carry ``Y``, ``per_depth`` the
-    states a depth adds (1 per layer, 2 per Newton step)."""
+    name, ``expect(depth)`` the reference states ``[b][l]`` of every task ``b`` and their error
+    bounds ``[b]`` (one per state), ``y_slots`` the columns that carry ``Y``."""
 
     name: str
     reference: str
     build: Builder
     label: Callable[[int], str]
-    states: list[list[np.ndarray]]
-    bounds: list[np.ndarray]
+    expect: Callable[[int], Expected]
     y_slots: np.ndarray
-    per_depth: int
 
 
 def _rounded(a: np.ndarray, dtype: str) -> np.ndarray:
@@ -132,10 +146,8 @@ def _lsa_families(
                 f"{reference}, every state (extended precision)",
                 build,
                 partial(_layers_label, name),
-                states,
-                [sref.lsa_bounds(s, steps, n, d, unit) for s in states],
+                _prefixes(states, [sref.lsa_bounds(s, steps, n, d, unit) for s in states]),
                 np.arange(d, d + dy),
-                1,
             )
         )
     return families
@@ -156,6 +168,10 @@ def _newton_family(x: np.ndarray, y: np.ndarray, q: np.ndarray, dtype: str) -> S
     y_slots = np.r_[
         np.arange(slots["y"].start, slots["y"].stop), np.arange(slots["p"].start, slots["p"].stop)
     ]
+    prefixes = _prefixes(
+        [sref.newton_states(x[i], y[i], q[i], alpha, 0.0, deep) for i in range(b)],
+        [sref.newton_bounds(x[i], y[i], q[i], alpha, 0.0, deep, unit) for i in range(b)],
+    )
     return StackFamily(
         "Newton–Schulz",
         "numpy Newton–Schulz loop M ← M(2I − SM), every state (extended precision)",
@@ -164,10 +180,36 @@ def _newton_family(x: np.ndarray, y: np.ndarray, q: np.ndarray, dtype: str) -> S
             f"stack: Newton–Schulz, {steps} step{'s' * (steps > 1)} = "
             f"{1 + 2 * steps} layers (every hidden state)"
         ),
-        [sref.newton_states(x[i], y[i], q[i], alpha, 0.0, deep) for i in range(b)],
-        [sref.newton_bounds(x[i], y[i], q[i], alpha, 0.0, deep, unit) for i in range(b)],
+        lambda steps: prefixes(1 + 2 * steps),
         y_slots,
-        2,
+    )
+
+
+KERNEL = (1.0, 1.0, 1.0)
+"""The kernel Richardson stack's bandwidth ``h``, ridge ``λ`` and step ``ω``: with these every
+weight is exact in both dtypes (``β = 1/h² = 1``, the sink's ``h² ln λ = 0``, ``1/λ = 1``)."""
+
+
+def _kernel_family(x: np.ndarray, y: np.ndarray, q: np.ndarray, dtype: str) -> StackFamily:
+    (b, _, d), dy = x.shape, y.shape[2]
+    unit = float(np.finfo(np.dtype(dtype)).eps) / 2
+    h, lam, omega = KERNEL
+    slots = sref.kernel_slots(d, dy)
+    carry = [np.arange(slots[k].start, slots[k].stop) for k in ("y", "a", "u", "p")]
+    return StackFamily(
+        "kernel Richardson",
+        "numpy preconditioned Richardson loop for Gaussian kernel ridge, every state "
+        "(extended precision)",
+        lambda steps, dt: KernelRichardsonStack(d, dy, steps, h, lam, omega, dt),
+        lambda steps: (
+            f"stack: kernel Richardson (softmax), {steps} step{'s' * (steps > 1)} = "
+            f"{2 * steps + 2} layers (every hidden state)"
+        ),
+        lambda steps: (
+            [sref.kernel_states(x[i], y[i], q[i], h, lam, omega, steps) for i in range(b)],
+            [sref.kernel_bounds(x[i], y[i], q[i], h, lam, omega, steps, unit) for i in range(b)],
+        ),
+        np.concatenate(carry),
     )
 
 
@@ -185,17 +227,19 @@ def stack_rows(
     y, q = data["y"], data["q"]
     dt = DTYPES[dtype]
     tensors = [torch.as_tensor(a, dtype=dt) for a in (x, np.ldexp(y, k), q)]
-    families = [*_lsa_families(x, y, q, k, dtype, rng), _newton_family(x, y, q, dtype)]
+    families = [
+        *_lsa_families(x, y, q, k, dtype, rng),
+        _newton_family(x, y, q, dtype),
+        _kernel_family(x, y, q, dtype),
+    ]
     rows = []
     for fam in families:
         for depth in DEPTHS:
-            kept = fam.per_depth * (depth + 1)  # LSA: L + 1 states; Newton: 2K + 2
 
             def run(fam: StackFamily = fam, depth: int = depth) -> list[torch.Tensor]:
                 return fam.build(depth, dt).states(*tensors)
 
-            expected = [s[:kept] for s in fam.states]
-            bounds = [bd[:kept] for bd in fam.bounds]
+            expected, bounds = fam.expect(depth)
             rows.append(
                 measure_states(fam, fam.label(depth), run, expected, bounds, k, shape, dtype, cfg)
             )
