@@ -93,6 +93,11 @@ def _rounded(a: np.ndarray, dtype: str) -> np.ndarray:
     return np.asarray(a, dtype=np.dtype(dtype)).astype(np.float64)
 
 
+def _columns(slots: dict[str, slice], names: tuple[str, ...]) -> np.ndarray:
+    """The columns of the named slots."""
+    return np.concatenate([np.arange(slots[k].start, slots[k].stop) for k in names])
+
+
 def _layers_label(name: str, depth: int) -> str:
     return f"stack: {name}, {depth} layer{'s' * (depth > 1)} (every hidden state)"
 
@@ -164,10 +169,7 @@ def _newton_family(x: np.ndarray, y: np.ndarray, q: np.ndarray, dtype: str) -> S
     (b, _, d), dy = x.shape, y.shape[2]
     unit = float(np.finfo(np.dtype(dtype)).eps) / 2
     alpha, deep = newton_start(x), max(DEPTHS)
-    slots = sref.newton_slots(d, dy)
-    y_slots = np.r_[
-        np.arange(slots["y"].start, slots["y"].stop), np.arange(slots["p"].start, slots["p"].stop)
-    ]
+    y_slots = _columns(sref.newton_slots(d, dy), ("y", "p"))
     prefixes = _prefixes(
         [sref.newton_states(x[i], y[i], q[i], alpha, 0.0, deep) for i in range(b)],
         [sref.newton_bounds(x[i], y[i], q[i], alpha, 0.0, deep, unit) for i in range(b)],
@@ -194,8 +196,7 @@ def _kernel_family(x: np.ndarray, y: np.ndarray, q: np.ndarray, dtype: str) -> S
     (b, _, d), dy = x.shape, y.shape[2]
     unit = float(np.finfo(np.dtype(dtype)).eps) / 2
     h, lam, omega = KERNEL
-    slots = sref.kernel_slots(d, dy)
-    carry = [np.arange(slots[k].start, slots[k].stop) for k in ("y", "a", "u", "p")]
+    y_slots = _columns(sref.kernel_slots(d, dy), ("y", "a", "u", "p"))
     return StackFamily(
         "kernel Richardson",
         "numpy preconditioned Richardson loop for Gaussian kernel ridge, every state "
@@ -209,7 +210,7 @@ def _kernel_family(x: np.ndarray, y: np.ndarray, q: np.ndarray, dtype: str) -> S
             [sref.kernel_states(x[i], y[i], q[i], h, lam, omega, steps) for i in range(b)],
             [sref.kernel_bounds(x[i], y[i], q[i], h, lam, omega, steps, unit) for i in range(b)],
         ),
-        np.concatenate(carry),
+        y_slots,
     )
 
 
