@@ -184,6 +184,8 @@ def lsa_bounds(states: list[Array], layers: list[LsaStep], n: int, d: int, unit:
     e_x = e_q = e_r = 0.0
     e_p = _gamma(d, unit) * _fro(np.abs(xq0) @ np.abs(w0).T)
     out = [e_x + e_q + e_r + e_p]
+    spectrum: Array = np.zeros(0)
+    nx = nq = 0.0
     for step, before, after in zip(layers, states[:-1], states[1:], strict=True):
         x, r, q = before[:n, :d], before[:n, d:], before[n:, :d]
         gam, eta, c = step.precond, step.eta, step.c
@@ -197,8 +199,11 @@ def lsa_bounds(states: list[Array], layers: list[LsaStep], n: int, d: int, unit:
             (aq @ ag.T @ ax.T @ values / n, after[n:, d:]),
         ]
         f = [2 * g * _fro(a) + (unit * _fro(new) if a.any() else 0.0) for a, new in local]
-        nx, nq, nz, ng, nw = _two(x), _two(q), _two(z), _two(gam), _two(step.w0)
-        contract = _two(np.eye(n) - (eta / n) * x @ gam @ x.T)
+        if c or not spectrum.size:  # X moves only under GD++
+            spectrum = np.asarray(np.linalg.eigvalsh(x @ ((gam + gam.T) / 2) @ x.T), np.float64)
+            nx, nq = _two(x), _two(q)
+        nz, ng, nw = _two(z), _two(gam), _two(step.w0)
+        contract = float(np.abs(1 - (eta / n) * spectrum).max())  # ‖I − (η/N) XΓXᵀ‖₂
         e_p = e_p + (eta / n) * ng * (nx * nz * e_q + nq * nz * e_x + nq * nx * (e_r + nw * e_x))
         e_r = contract * e_r + (eta / n) * ng * (2 * nx * nz + nx * nx * nw) * e_x
         e_q = e_q + 2 * (c / n) * nq * nx * e_x
