@@ -63,8 +63,8 @@ Steps, similarities, read-outs and energies run on the attention core
 signed power ``sign(s)|s|ⁿ⁻¹`` (the core's ``power`` for even ``n``, whose odd exponent keeps
 the sign; ``signed_power`` for odd ``n``) or softmax separation. The power energy's sum comes
 from the step by Euler's theorem for the homogeneous ``F``:
-``Σ_i |s_i|ⁿ = Σ_i s_i F'(s_i) = ξᵀ K̃ᵀF'(K̃ξ)``; the softmax energy's ``log Σ_i exp(β s_i)``
-from :func:`attnreg.memory.base.log_sum_exp`.
+``Σ_i |s_i|ⁿ = Σ_i s_i F'(s_i) = ξᵀ K̃ᵀF'(K̃ξ)``; the softmax energy, summed without cancellation,
+from :func:`attnreg.memory.softmax_energy.softmax_energy`.
 
 **Extreme magnitudes** (entries at 1e±200 … 1e±300): the scale-equivariant answer, or a
 ``ValueError`` naming the argument; never silent zeros or NaN.
@@ -89,17 +89,24 @@ from :func:`attnreg.memory.base.log_sum_exp`.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
 from attnreg.core import associate
-from attnreg.core.scaling import exponent, power_of_two_scale, row_exponents, times_power_of_two
+from attnreg.core.scaling import (
+    exponent,
+    is_ordinary,
+    ordinary_limit,
+    power_of_two_scale,
+    row_exponents,
+    times_power_of_two,
+)
 from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
 from attnreg.core.validation import as_tensor, check_choice, check_positive, check_positive_int
 from attnreg.core.whitening import whitening_matrix
-from attnreg.memory.base import check_patterns, check_states, log_sum_exp
+from attnreg.memory.base import check_patterns, check_states
+from attnreg.memory.softmax_energy import softmax_energy
 
 ENERGIES = ("quadratic", "power", "softmax")
 READOUTS = ("state", "pattern")
@@ -153,11 +160,6 @@ def _check_family(energy: str, power: int, beta: float) -> None:
         check_positive("beta", beta)
 
 
-def _max_exponent(dtype: torch.dtype) -> int:
-    """``maxexp`` of the dtype (1024 for float64): its largest finite value is below 2^maxexp."""
-    return int(math.log2(torch.finfo(dtype).max)) + 1
-
-
 def _restore(
     unit: torch.Tensor, shift: torch.Tensor, name: str, *, underflow: bool = True
 ) -> torch.Tensor:
@@ -187,12 +189,6 @@ def _value_exponent(values: torch.Tensor) -> torch.Tensor:
     scale = power_of_two_scale(values if values.ndim == 3 else values.unsqueeze(0))
     e = exponent(scale)
     return e if values.ndim == 3 else e[0]
-
-
-def _within(maxima: torch.Tensor, limit: int) -> bool:
-    """Whether every maximum lies in ``[2^-limit, 2^limit]`` (a zero maximum does not)."""
-    low, high = torch.aminmax(maxima)
-    return 2.0**-limit <= float(low) and float(high) <= 2.0**limit
 
 
 def _associate(
@@ -229,9 +225,10 @@ def _step(
     v = whitened if values is None else values
     n = 2 if energy == "quadratic" else power
     # K̃ has rows of norm ≤ 1: only given values can need rescaling
-    limit = _max_exponent(states.dtype) // 4
-    plain_values = values is None or _within(values.abs().amax(dim=(-2, -1)), limit)
-    if energy != "softmax" and plain_values and _within(states.abs().amax(-1), limit // (n - 1)):
+    limit = ordinary_limit(states.dtype)
+    plain_values = values is None or is_ordinary(values.abs().amax(dim=(-2, -1)), limit)
+    power_limit = ordinary_limit(states.dtype, n - 1)
+    if energy != "softmax" and plain_values and is_ordinary(states.abs().amax(-1), power_limit):
         # ordinary magnitudes: |s|ⁿ⁻¹ stays within 2^±(maxexp/4), nothing to rescale
         return _associate(states, whitened, v, energy, n, beta, memory_budget)
     e_v = torch.zeros((), dtype=torch.int32) if plain_values else _value_exponent(v)
@@ -304,22 +301,18 @@ def family_energy(
     energy is ``½‖ξ‖² − Σ_i |s_i|ⁿ/n`` with ``Σ_i |s_i|ⁿ = ξᵀ K̃ᵀF'(K̃ξ)`` (Euler's theorem for
     the homogeneous ``F``; its rounding is of the order of the direct sum's, whose terms carry
     the cancellation of ``s_i`` too). The softmax energy is
-    ``−β⁻¹ log Σ_i exp(β s_i) + ½‖ξ‖² + β⁻¹ log N + ½ max_i ‖k̃_i‖²``. Every term comes from the
-    attention core, which streams over the patterns (no ``M × N`` matrix is held whole);
-    extreme magnitudes as in the module docstring.
+    ``−β⁻¹ log Σ_i exp(β s_i) + ½‖ξ‖² + β⁻¹ log N + ½ max_i ‖k̃_i‖²``, summed without
+    cancellation by :func:`attnreg.memory.softmax_energy.softmax_energy` (its scores from the
+    core, a block of states at a time). The quadratic and power terms come from the attention
+    core, which streams over the patterns (no ``M × N`` matrix is held whole); extreme
+    magnitudes as in the module docstring.
     """
     _check_family(energy, power, beta)
+    if energy == "softmax":
+        return softmax_energy(states, whitened, beta, memory_budget)
     e = row_exponents(states)
     x = times_power_of_two(states, -e)
     half = 0.5 * (x * x).sum(-1, keepdim=True)
-    if energy == "softmax":
-        n = whitened.shape[-2]
-        lse = log_sum_exp(states, whitened, beta, memory_budget)
-        big_m = whitened.norm(dim=-1).amax(-1, keepdim=True)
-        if whitened.ndim == 2:
-            big_m = big_m[0]
-        scaled_half = _restore(half, 2 * e, "states", underflow=False)[..., 0]
-        return -lse / beta + scaled_half + math.log(n) / beta + 0.5 * big_m**2
     step = _step(x, whitened, energy, None, power, beta, memory_budget, "states")
     if energy == "quadratic":
         residual = x - step
