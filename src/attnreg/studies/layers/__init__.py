@@ -23,6 +23,7 @@ SPEC = StudySpec(
     "estimator each computes (GD, LMS, ridge, kernel smoother, local linear) with its fitted "
     "parameter and R²; and recall of stored pairs against N/d for correlated keys (linear "
     "attention vs DeltaNet vs Mesa).",
+    ledger=True,
     title="layers — what each sequence layer learns in context",
     extras=(
         Extra("--layers", "layers", "Comma-separated subset of the layers to train.", comma_list),
