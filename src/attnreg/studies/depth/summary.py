@@ -58,8 +58,6 @@ def atlas_summary(
         if s["method"] == "newton" and s["slope"] is not None and s["theory_slope"]
     ]
     median = statistics.median(ratios) if ratios else None
-    capped = [r for r in rows if r["method"] == "gd" and r["layers_needed"] is None]
-    pre = sorted({round(r["kappa_sample"], 3) for r in rows if r["method"] == "preconditioned"})
     out["atlas: fitted slopes against the theory"] = summary_table(
         (
             f"Newton's slope / theory: median {fmt(median)} over {len(ratios)} (N, ε) groups."
@@ -78,15 +76,7 @@ def atlas_summary(
             ]
             for s in sorted(shown, key=lambda s: list(units).index(s["method"]))
         ],
-        note=(
-            f"Where the slopes do not hold: gd reaches the cap in {len(capped)} of "
-            f"{sum(r['method'] == 'gd' for r in rows)} cells, so its fit uses the cells below "
-            f"it; preconditioned (Γ = Σ⁻¹) sees κ̂ in {fmt(min(pre))}…{fmt(max(pre))} whatever "
-            "κ is, so its depth has no κ slope; at N < d, κ̂ is the condition number on the "
-            "range of XᵀX."
-            if pre
-            else ""
-        ),
+        note=_where_not(rows, eps),
     )
     if median is None:
         return out, []
@@ -95,6 +85,29 @@ def atlas_summary(
         check("newton slope / theory, median (ceiling)", median, "<=", cfg.max_newton_slope_ratio),
     ]
     return out, checks
+
+
+def _where_not(rows: list[dict[str, Any]], eps: float) -> str:
+    """Where the slopes do not hold, from the atlas rows: GD's capped cells, and the
+    preconditioned stack's κ̂ range and its spread of layers over κ at each N."""
+    capped = [r for r in rows if r["method"] == "gd" and r["layers_needed"] is None]
+    pre = [r for r in rows if r["method"] == "preconditioned"]
+    if not pre:
+        return ""
+    seen = [r["kappa_sample"] for r in pre]
+    spread = []
+    for n in dict.fromkeys(r["n_ctx"] for r in pre):
+        done = [r["layers_needed"] for r in pre if r["n_ctx"] == n and r["eps"] == eps]
+        done = [v for v in done if v is not None]
+        if len(done) > 1:
+            spread.append(max(done) - min(done))
+    depth = f"its layers vary by ≤ {max(spread)} over κ at fixed N" if spread else "capped"
+    return (
+        f"Where the slopes do not hold: gd is capped in {len(capped)} of "
+        f"{sum(r['method'] == 'gd' for r in rows)} cells (fits use the cells below the cap); "
+        f"preconditioned (Γ = Σ⁻¹) sees κ̂ from {fmt(min(seen))} to {fmt(max(seen))} and "
+        f"{depth}; at N < d, κ̂ is on the range of XᵀX."
+    )
 
 
 def _match(r: dict[str, Any]) -> str:
@@ -236,9 +249,7 @@ def lead(claims: list[Claim], slopes: list[dict[str, Any]], cfg: DepthConfig) ->
     failed = [c for c in claims if c.contradicted()]
     sources = ", ".join(dict.fromkeys(c.source.split(" (")[0] for c in failed))
     head = (
-        f"The measurement contradicts {len(failed)} of the {len(claims)} claims tested, in "
-        "full or in part "
-        f"({sources}; see the ledger)."
+        f"Contradicted, in full or in part: {len(failed)} of {len(claims)} claims ({sources})."
         if failed
         else f"The measurement agrees with all {len(claims)} claims tested."
     )
@@ -248,6 +259,6 @@ def lead(claims: list[Claim], slopes: list[dict[str, Any]], cfg: DepthConfig) ->
     else:
         grows = "do NOT grow" if newton.contradicted() else "grow"
     return (
-        f"{head} At ε = {eps:g} Newton's layers {grows} like log κ: {span('newton')} layers "
-        f"per decade of κ̂; GD's {span('gd')} per unit of κ̂."
+        f"{head} Newton's layers {grows} like log κ at ε = {eps:g}: {span('newton')} per "
+        f"decade of κ̂; GD's {span('gd')} per unit of κ̂."
     )

@@ -83,10 +83,9 @@ def summarise(
     )
     rhos = cfg.memory_rhos
     summary["memory: pairs recalled against N/d"] = summary_table(
-        f"N_max: the largest N of the grid (N/d = {', '.join(f'{x:g}' for x in cfg.memory_ratios)}"
-        f", d = {d}) up to which a fraction 1 − {cfg.recall_eps:g} of the pairs is recalled; "
-        f"then the mean relative squared error at N = d. Mesa's largest error at N ≤ d: "
-        f"{mesa_err:.1e}.",
+        f"N_max: the largest grid N (N/d = {', '.join(f'{x:g}' for x in cfg.memory_ratios)}; "
+        f"d = {d}) up to which ≥ 1 − {cfg.recall_eps:g} of the pairs are recalled; then the "
+        f"mean relative squared error at N = d. Mesa's largest error at N ≤ d: {mesa_err:.1e}.",
         ["memory"]
         + [f"N_max, ρ = {rho:g}" for rho in rhos]
         + [f"error at N = d, ρ = {rho:g}" for rho in rhos],
