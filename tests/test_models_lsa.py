@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnreg.constructions import LSAStack
-from attnreg.models import SoftmaxAttention, TrainableLSA, gd_products
+from attnreg.models import SoftmaxAttention, TokenModel, TrainableLSA, gd_products
 
 
 def _tasks(b: int = 3, n: int = 7, m: int = 2, d: int = 4, seed: int = 0):
@@ -77,6 +77,26 @@ def test_softmax_forward_equals_the_token_loop() -> None:
     pv = np.stack([model.value_projection(i).detach().numpy() for i in range(2)])
     got = model.predict(x, y, q).numpy()
     assert np.allclose(got, _loop_lsa(kq, pv, x, y, q, softmax=True), atol=1e-12)
+
+
+@pytest.mark.parametrize("softmax", [False, True])
+def test_fast_prediction_and_the_generic_one_both_equal_the_token_loop(softmax: bool) -> None:
+    """The layout models' fast ``forward_predict`` (last layer: the queries' y-columns only)
+    and :class:`TokenModel`'s generic one (every layer through ``forward``, then ``readout``)
+    both give the token loop's numbers."""
+    x, y, q = _tasks(seed=5)
+    cls = SoftmaxAttention if softmax else TrainableLSA
+    model = cls(4, heads=2, layers=3, init_scale=0.6, seed=3, dtype=torch.float64)
+    kq = np.stack([model.key_query(i).detach().numpy() for i in range(3)])
+    pv = np.stack([model.value_projection(i).detach().numpy() for i in range(3)])
+    want = _loop_lsa(kq, pv, x, y, q, softmax=softmax)
+    xc, yc, xq = (torch.from_numpy(a) for a in (x, y, q))
+    with torch.no_grad():
+        fast = model.forward_predict(xc, yc, xq).numpy()
+        generic = TokenModel.forward_predict(model, xc, yc, xq).numpy()
+    assert type(model).forward_predict is not TokenModel.forward_predict
+    assert np.allclose(fast, want, atol=1e-12)
+    assert np.allclose(generic, want, atol=1e-12)
 
 
 def test_gd_products_are_one_gd_step_and_eta_is_read_back() -> None:

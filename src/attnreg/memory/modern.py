@@ -7,7 +7,6 @@ of memories are searched without the queries × memories score matrix.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -16,7 +15,6 @@ from attnreg.core import SEPARATIONS, associate
 from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
 from attnreg.core.validation import (
     check_choice,
-    check_finite_result,
     check_flag,
     check_nonnegative,
     check_positive,
@@ -31,6 +29,7 @@ from attnreg.memory.base import (
     log_sum_exp,
     scaled_retrieval,
 )
+from attnreg.memory.softmax_energy import softmax_energy
 
 GRID_SIMILARITIES = ("dot", "euclidean", "manhattan", "whitened_dot")
 
@@ -129,18 +128,12 @@ class ModernHopfield:
         return log_sum_exp(states, self.patterns_, self.beta, self.memory_budget)
 
     def energy(self, states: Any) -> torch.Tensor:
-        """Ramsauer et al.'s energy ``E(ξ)`` per state."""
+        """Ramsauer et al.'s energy ``E(ξ)`` per state, in the stable form of
+        :func:`attnreg.memory.softmax_energy.softmax_energy` (accurate where ``E`` is far below
+        its terms ``½‖ξ‖²``, ``½M²``)."""
         x = self.patterns_
         s, single = check_states("states", states, x.shape[1], x.dtype)
-        n = x.shape[0]
-        big_m = float(x.norm(dim=1).max())
-        e = (
-            -self.log_sum_exp(s) / self.beta
-            + 0.5 * (s * s).sum(-1)
-            + math.log(n) / self.beta
-            + 0.5 * big_m**2
-        )
-        check_finite_result(e, "energy")  # ½‖ξ‖², β xᵀξ past the float range
+        e = softmax_energy(s, x, self.beta, self.memory_budget)
         return e[0] if single else e
 
 

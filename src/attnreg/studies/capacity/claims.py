@@ -7,13 +7,12 @@ import math
 from typing import Any
 
 from attnreg.studies.capacity.config import CapacityConfig
+from attnreg.studies.capacity.curves import family_curve, fit_line
 from attnreg.studies.capacity.families import HEBBIAN_ALPHA
 from attnreg.studies.capacity.summary import (
     STRONG,
     dam_fits,
     digits_cells,
-    family_curve,
-    fit_line,
     hebbian_band,
     power_degrees,
 )
