@@ -123,9 +123,9 @@ def _compare(
         prefixes = range(1, x.shape[-2] + 1) if check.per_prefix else [x.shape[-2]]
         kappa = max(inverted_condition(x[:, :n], check.lam) for n in prefixes)
         bound = factor * unit_roundoff(dtype) * kappa
-    names = (check.construction, check.reference, bound)
+    spec = (check.construction, check.reference, bound)
     return measure(
-        names,
+        spec,
         lambda: check.build(xt, yt, qt, dt),
         expected,
         case.describe(),

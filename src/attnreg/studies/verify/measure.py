@@ -86,7 +86,7 @@ def row(
 
 
 def measure(
-    names: tuple[str, str, float],
+    spec: tuple[str, str, float],
     build: Callable[[], Any],
     expected: np.ndarray,
     shape: str,
@@ -94,11 +94,11 @@ def measure(
     cfg: VerifyConfig,
     below_range: bool = False,
 ) -> dict[str, Any]:
-    """One row: ``build()`` against ``expected``; ``names`` is (construction, reference, the
+    """One row: ``build()`` against ``expected``; ``spec`` is (construction, reference, the
     relative error bound), the tolerance ``max(base, bound) · tol_scale``. ``below_range``: the
     exact answer is below the dtype's range, and only a ``ValueError`` saying it underflowed
     passes."""
-    construction, reference, bound = names
+    construction, reference, bound = spec
     floor = smallest_normal(dtype)
     got, exc = attempt(lambda: as_float64(build()).reshape(expected.shape))
     problem = problem_of(got, exc)

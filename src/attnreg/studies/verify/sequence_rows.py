@@ -187,6 +187,6 @@ def sequence_rows(
         expected = np.stack([o for o, _ in parts])
         magnitude = max(float(m.max()) for _, m in parts)
         size = max(float(np.abs(expected).max()), floor)
-        names = (name, reference, unit * magnitude / size)
-        measured.append(measure(names, _one_head(run), np.ldexp(expected, k), shape, dtype, cfg))
+        spec = (name, reference, unit * magnitude / size)
+        measured.append(measure(spec, _one_head(run), np.ldexp(expected, k), shape, dtype, cfg))
     return measured
