@@ -1,0 +1,254 @@
+"""Mesa's chunked form: ``o_t = H^{kv}_tᵀ (H^{kk}_t + Λ)⁻¹ q_t`` with
+``H^{kk}_t = α_t H^{kk}_{t−1} + β_t k_t k_tᵀ`` and ``H^{kv}_t = α_t H^{kv}_{t−1} + β_t k_t v_tᵀ``
+(von Oswald et al. 2023, "Uncovering mesa-optimization algorithms in Transformers"; von Oswald
+et al. 2025, "MesaNet"), solved exactly at every position, in blocks of ``C`` tokens.
+
+**Without decay: Woodbury on leading principal submatrices.** In a block entered with the
+states ``S = H^{kk}_0``, ``P = H^{kv}_0``, with ``A = S + Λ``, the scaled keys and values
+``Z = Γ^{1/2} K``, ``Ṽ = Γ^{1/2} V`` (``Γ = diag(β)``, rows ``i = 1 … C``) and ``Z_t`` the first t
+rows of ``Z``, position t solves ``(A + Z_tᵀ Z_t) x_t = q_t``. By Woodbury,
+``x_t = A⁻¹ q_t − A⁻¹ Z_tᵀ y_t`` with ``Ĉ_t y_t = Z_t A⁻¹ q_t``, where ``Ĉ_t`` is the leading
+``t × t`` block of the one symmetric capacitance ``Ĉ = I + Z A⁻¹ Zᵀ`` (eigenvalues ≥ 1, so no
+``β_t → 0`` breaks it). The Cholesky factor of a leading block is the leading block of
+``L = chol(Ĉ)``, and so is its inverse: with ``G = Z A⁻¹ Qᵀ`` (``G_{it} = z_iᵀ A⁻¹ q_t``), column
+t of ``Y = L⁻ᵀ triu(L⁻¹ G)`` is ``y_t`` padded with zeros (``(L⁻¹G)_{jt}`` for ``j ≤ t`` uses
+rows ``≤ t`` of ``G`` only; ``triu`` drops the rows ``j > t``; ``L⁻ᵀ`` is upper triangular). Then
+``z_iᵀ x_t = Y_{it}`` for ``i ≤ t`` (since ``(Ĉ Y)_{it} = G_{it}`` there), hence
+
+``O = Q A⁻¹ P + Yᵀ (Ṽ − Z A⁻¹ P)``
+
+— one ``d × d`` Cholesky of ``A`` and one ``C × C`` Cholesky of ``Ĉ`` per block, the rest block
+matrix products and triangular solves; no ``d × d`` matrix per token. The entering states are
+prefix sums of the blocks' ``Zᵀ Z`` and ``Zᵀ Ṽ``, so all blocks are computed at once (in groups
+of about ``GROUP_BYTES``). The rounding error of ``x_t`` is of order ``u ‖H^{kk}_t + Λ‖ ‖A⁻¹‖``
+(``A ⪯ H^{kk}_t + Λ``, so at most ``u κ(A + Z_tᵀ Z_t)`` times ``λ_min(H^{kk}_t + Λ) / λ_min(A)``,
+which is 1 once the past keys span what the block's keys add).
+
+**With a per-token decay: one solve per position.** With ``a_t = Π α`` over the block,
+``H^{kk}_t + Λ = a_t (S + Λ / a_t + Σ_{i≤t} (β_i / a_i) k_i k_iᵀ)``: the ridge is not decayed,
+so the base ``S + Λ / a_t`` changes at every token and the capacitances of different positions
+are different matrices, not nested leading blocks of one. No factorisation is shared between
+positions (even a scalar λ, which diagonalises the base once, leaves a ``min(t, d)``-sized
+factorisation per token), so each position's ``H^{kk}_t + Λ`` is formed (a decay-weighted
+matrix product over the block) and factorised by Cholesky, a group of blocks of about
+``GROUP_BYTES`` at a time; a position whose Cholesky fails in rounding (``κ ≳ 1/u``) is solved by
+LU with partial pivoting instead.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnreg.sequence.chunked import blocks, unblock
+
+CHUNK = 64
+GROUP_BYTES = 64 * 2**20
+BASE = 8
+MAX_GROWTH = 64.0
+
+
+def mesa_chunked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    log_decay: torch.Tensor | None,
+    lam: torch.Tensor,
+    chunk: int = CHUNK,
+) -> torch.Tensor:
+    """``o_t = H^{kv}_tᵀ (H^{kk}_t + diag(λ))⁻¹ q_t`` (``lam (H, d_k)``, ``log_decay = log α``
+    ``(B, H, T)`` or ``None``), exact at every position: the blocked Woodbury form when there is
+    no decay (``None`` or all ``α = 1``), one solve per position otherwise (module docstring)."""
+    if log_decay is None or not bool(log_decay.any()):
+        return mesa_woodbury(q, k, v, beta, lam, chunk)
+    return mesa_per_position(q, k, v, beta, log_decay, lam, chunk)
+
+
+def _group(per_block: int, n_blocks: int) -> int:
+    """Blocks per group: about ``GROUP_BYTES`` of temporaries, at least one block."""
+    return max(1, min(n_blocks, GROUP_BYTES // per_block))
+
+
+def _exclusive_prefix(sums: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    """``start + Σ_{m<n} sums_m`` for every block n (axis 2) of ``sums (B, H, N, ·, ·)``,
+    summed in block order."""
+    out = torch.empty_like(sums)
+    out[:, :, 0] = start
+    for n in range(1, sums.shape[2]):
+        torch.add(out[:, :, n - 1], sums[:, :, n - 1], out=out[:, :, n])
+    return out
+
+
+def mesa_woodbury(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    lam: torch.Tensor,
+    chunk: int = CHUNK,
+) -> torch.Tensor:
+    """Mesa without decay by Woodbury on leading principal submatrices (module docstring); a
+    block whose growth bound exceeds ``MAX_GROWTH`` (or whose Cholesky fails) is solved per
+    position instead."""
+    (b, h, t_len), d_k, d_v = q.shape[:3], q.shape[-1], v.shape[-1]
+    qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
+    root = blocks(beta, chunk).sqrt().unsqueeze(-1)
+    zc, wc = root * kc, root * vc
+    kk_sums, kv_sums = zc.mT @ zc, zc.mT @ wc  # (B, H, N, d_k, ·): each block's writes
+    kk, kv = q.new_zeros(b, h, d_k, d_k), q.new_zeros(b, h, d_k, d_v)
+    n_blocks = qc.shape[2]
+    per_block = b * h * q.element_size() * (3 * d_k * d_k + 2 * d_k * (2 * chunk + d_v))
+    per_block += b * h * q.element_size() * (5 * chunk * chunk + 2 * chunk * d_v)
+    step = _group(per_block, n_blocks)
+    outs = []
+    for start in range(0, n_blocks, step):
+        part = slice(start, start + step)
+        kk_in = _exclusive_prefix(kk_sums[:, :, part], kk)
+        kv_in = _exclusive_prefix(kv_sums[:, :, part], kv)
+        args = (qc[:, :, part], zc[:, :, part], wc[:, :, part], kk_in, kv_in)
+        out, bad = _woodbury_blocks(*args, lam)
+        if bool(bad.any()):
+            reg = lam[:, None].expand((*bad.shape, d_k))[bad].unsqueeze(-2)
+            q_b, z_b, w_b, kk_b, kv_b = (x[bad] for x in args)
+            ones = torch.ones(chunk, chunk, dtype=q.dtype, device=q.device).tril()
+            out[bad] = _positions(q_b, z_b, w_b, ones, ones[-1], kk_b, kv_b, reg)
+        outs.append(out)
+        kk = kk_in[:, :, -1] + kk_sums[:, :, part][:, :, -1]
+        kv = kv_in[:, :, -1] + kv_sums[:, :, part][:, :, -1]
+    return unblock(torch.cat(outs, dim=2), t_len)
+
+
+def _woodbury_blocks(
+    q: torch.Tensor,
+    z: torch.Tensor,
+    w: torch.Tensor,
+    kk: torch.Tensor,
+    kv: torch.Tensor,
+    lam: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``O = Q A⁻¹ P + Yᵀ (Ṽ − Z A⁻¹ P)`` for blocks ``(B, H, n, C, ·)`` of queries ``q``, scaled
+    keys ``z`` and values ``w``, entered with ``S = kk``, ``P = kv`` (``(B, H, n, d_k, ·)``), and
+    the blocks ``(B, H, n)`` to solve per position instead: a failed Cholesky or the growth bound
+    ``1 + ‖Z L_A⁻ᵀ‖²_F`` above ``MAX_GROWTH``."""
+    base = kk.clone()
+    base.diagonal(dim1=-2, dim2=-1).add_(lam[:, None])  # A = S + Λ
+    factor, info_a = torch.linalg.cholesky_ex(base)
+    inv_a = lower_inverse(factor).mT  # L_A⁻ᵀ
+    zl, ql, e = z @ inv_a, q @ inv_a, inv_a.mT @ kv  # Z L_A⁻ᵀ, Q L_A⁻ᵀ, L_A⁻¹ P
+    cap = zl @ zl.mT
+    growth = 1 + cap.diagonal(dim1=-2, dim2=-1).sum(-1)  # ≥ λ_max(A⁻¹ (A + ZᵀZ))
+    cap.diagonal(dim1=-2, dim2=-1).add_(1.0)  # Ĉ = I + Z A⁻¹ Zᵀ
+    low, info_c = torch.linalg.cholesky_ex(cap)
+    inv = lower_inverse(low)
+    y = inv.mT @ (inv @ (zl @ ql.mT)).triu_()
+    bad = (info_a != 0) | (info_c != 0) | ~(growth <= MAX_GROWTH)
+    return ql @ e + y.mT @ (w - zl @ e), bad
+
+
+def lower_inverse(low: torch.Tensor) -> torch.Tensor:
+    """``L⁻¹`` of lower triangular ``low (…, s, s)`` with a non-zero diagonal, by halves:
+    ``[[A, 0], [B, C]]⁻¹ = [[A⁻¹, 0], [−C⁻¹ B A⁻¹, C⁻¹]]`` (equal halves inverted together),
+    down to ``BASE`` rows, inverted by forward substitution row by row (batched matrix products
+    instead of one small triangular solve per matrix)."""
+    size = low.shape[-1]
+    out = torch.zeros_like(low)
+    if size <= BASE:
+        diag = low.diagonal(dim1=-2, dim2=-1).unsqueeze(-1)
+        for i in range(size):
+            row = -(low[..., i : i + 1, :i] @ out[..., :i, :])
+            row[..., 0, i] += 1
+            out[..., i : i + 1, :] = row / diag[..., i : i + 1, :]
+        return out
+    half = size // 2
+    if size % 2:
+        first, second = lower_inverse(low[..., :half, :half]), lower_inverse(low[..., half:, half:])
+    else:
+        first, second = lower_inverse(torch.stack([low[..., :half, :half], low[..., half:, half:]]))
+    out[..., :half, :half], out[..., half:, half:] = first, second
+    out[..., half:, :half] = -(second @ (low[..., half:, :half] @ first))
+    return out
+
+
+def mesa_per_position(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    log_decay: torch.Tensor | None,
+    lam: torch.Tensor,
+    chunk: int = CHUNK,
+) -> torch.Tensor:
+    """Mesa with a decay, one Cholesky solve per position (module docstring): within a block
+    with cumulative log-decay ``G_t`` and entering states ``H^{kk}_0``, ``H^{kv}_0``,
+    ``H^{kk}_t = e^{G_t} H^{kk}_0 + Σ_{i≤t} e^{G_t − G_i} β_i k_i k_iᵀ`` and
+    ``o_t = e^{G_t} H^{kv}_0ᵀ x_t + Σ_{i≤t} e^{G_t − G_i} β_i (k_iᵀ x_t) v_i``."""
+    (b, h, t_len), d_k = q.shape[:3], q.shape[-1]
+    qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
+    bc = blocks(beta, chunk)
+    lg = q.new_zeros(b, h, t_len) if log_decay is None else log_decay
+    g = blocks(lg, chunk).cumsum(-1)  # (B, H, N, C); every difference below is ≤ 0
+    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
+    mix = (g[..., :, None] - g[..., None, :]).masked_fill(~causal, -torch.inf).exp()
+    mix = mix * bc.unsqueeze(-2)  # e^{G_t − G_i} β_i
+    last = g[..., -1:]
+    kw = kc * (bc * (last - g).exp()).unsqueeze(-1)
+    kk0, kv0 = _entering(kw.mT @ kc, kw.mT @ vc, last.squeeze(-1).exp())
+    n_blocks = qc.shape[2]
+    per_block = b * h * chunk * d_k * d_k * q.element_size() * 3
+    step = _group(per_block, n_blocks)
+    reg = lam[:, None, None]  # (H, 1, 1, d_k) against the diagonals (B, H, n, C, d_k)
+    outs = []
+    for start in range(0, n_blocks, step):
+        part = slice(start, start + step)
+        parts = (qc, kc, vc, mix, g.exp(), kk0, kv0)
+        outs.append(_positions(*(x[:, :, part] for x in parts), reg))
+    return unblock(torch.cat(outs, dim=2), t_len)
+
+
+def _positions(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mix: torch.Tensor,
+    decay: torch.Tensor,
+    kk0: torch.Tensor,
+    kv0: torch.Tensor,
+    reg: torch.Tensor,
+) -> torch.Tensor:
+    """One Cholesky solve per position for blocks ``(…, C, ·)`` entered with ``kk0``, ``kv0``
+    (``(…, d_k, ·)``): ``H_t = decay_t kk0 + Σ_i mix_{ti} k_i k_iᵀ`` (one matrix product over the
+    block), ``x_t = (H_t + Λ)⁻¹ q_t`` (``reg`` = λ, broadcast against the diagonals ``(…, C, d_k)``)
+    and ``o_t = decay_t kv0ᵀ x_t + Σ_i mix_{ti} (k_iᵀ x_t) v_i``."""
+    d_k = k.shape[-1]
+    outer = (k.unsqueeze(-1) * k.unsqueeze(-2)).flatten(-2)  # (…, C, d_k²)
+    system = (mix @ outer).unflatten(-1, (d_k, d_k))
+    system += decay[..., None, None] * kk0.unsqueeze(-3)
+    system.diagonal(dim1=-2, dim2=-1).add_(reg)
+    x = _spd_solve(system, q)
+    return (x * decay.unsqueeze(-1)) @ kv0 + ((x @ k.mT) * mix) @ v
+
+
+def _entering(
+    kk_writes: torch.Tensor, kv_writes: torch.Tensor, block_decay: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The states entering each block (``(B, H, N, d_k, ·)``): ``H^{(n+1)} = a_n H^{(n)} + W_n``
+    from ``H^{(0)} = 0``, for the block writes ``W`` and block decays ``a`` (``(B, H, N)``)."""
+    kk, kv = torch.zeros_like(kk_writes[:, :, 0]), torch.zeros_like(kv_writes[:, :, 0])
+    kks, kvs = [], []
+    for n in range(kk_writes.shape[2]):
+        kks.append(kk)
+        kvs.append(kv)
+        a = block_decay[:, :, n, None, None]
+        kk, kv = torch.addcmul(kk_writes[:, :, n], a, kk), torch.addcmul(kv_writes[:, :, n], a, kv)
+    return torch.stack(kks, 2), torch.stack(kvs, 2)
+
+
+def _spd_solve(system: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """``system⁻¹ rhs`` for symmetric positive definite ``system (…, d, d)``, ``rhs (…, d)``:
+    Cholesky, and LU with partial pivoting where the Cholesky fails in rounding."""
+    factor, info = torch.linalg.cholesky_ex(system)
+    x = torch.cholesky_solve(rhs.unsqueeze(-1), factor).squeeze(-1)
+    bad = info != 0
+    if bool(bad.any()):
+        x[bad] = torch.linalg.solve(system[bad], rhs[bad])
+    return x
