@@ -200,8 +200,10 @@ def mesa_per_position(
     outs = []
     for start in range(0, n_blocks, step):
         part = slice(start, start + step)
-        parts = (qc, kc, vc, mix, g.exp(), kk0, kv0)
-        outs.append(_positions(*(x[:, :, part] for x in parts), reg))
+        q_p, k_p, v_p, mix_p, g_p = (x[:, :, part] for x in (qc, kc, vc, mix, g))
+        outs.append(
+            _positions(q_p, k_p, v_p, mix_p, g_p.exp(), kk0[:, :, part], kv0[:, :, part], reg)
+        )
     return unblock(torch.cat(outs, dim=2), t_len)
 
 
