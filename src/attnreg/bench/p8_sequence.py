@@ -49,7 +49,7 @@ REPORTED_LAYERS = ("gated_mesa",)  # timed beside the target's layers, not judge
 NOTES = {
     "gated_mesa": "reported, not judged: MesaNet's per-token decay leaves the ridge Λ undecayed, "
     "so H_t + Λ = a_t (S + Λ/a_t + Σ (β_i/a_i) k_i k_iᵀ) has a new base at every token and no "
-    "factorisation is shared between positions; it is solved per position (one d × d Cholesky "
+    "factorisation is shared between positions; it is solved per position (one d × d LU solve "
     "each), without the blocked Woodbury form of the Mesa layer without decay",
 }
 

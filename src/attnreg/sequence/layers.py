@@ -203,7 +203,7 @@ def mesa(
     is blocked: Woodbury on the leading principal submatrices of one ``C × C`` capacitance per
     block, no ``d_k × d_k`` matrix per token; with a decay (the ridge is not decayed, so no
     factorisation is shared between positions) it solves ``(H^{kk}_t + Λ) x = q_t`` per position
-    by Cholesky (:mod:`attnreg.sequence.mesa_blocked`). With ``β = 1``, no decay and one λ it is
+    by LU (:mod:`attnreg.sequence.mesa_blocked`). With ``β = 1``, no decay and one λ it is
     :func:`attnreg.estimators.causal_ridge`.
     """
     qt, kt, vt = check_qkv(q, k, v)

@@ -18,21 +18,26 @@ rows ``≤ t`` of ``G`` only; ``triu`` drops the rows ``j > t``; ``L⁻ᵀ`` is 
 ``O = Q A⁻¹ P + Yᵀ (Ṽ − Z A⁻¹ P)``
 
 — one ``d × d`` Cholesky of ``A`` and one ``C × C`` Cholesky of ``Ĉ`` per block, the rest block
-matrix products and triangular solves; no ``d × d`` matrix per token. The entering states are
-prefix sums of the blocks' ``Zᵀ Z`` and ``Zᵀ Ṽ``, so all blocks are computed at once (in groups
-of about ``GROUP_BYTES``). The rounding error of ``x_t`` is of order ``u ‖H^{kk}_t + Λ‖ ‖A⁻¹‖``
-(``A ⪯ H^{kk}_t + Λ``, so at most ``u κ(A + Z_tᵀ Z_t)`` times ``λ_min(H^{kk}_t + Λ) / λ_min(A)``,
-which is 1 once the past keys span what the block's keys add).
+matrix products (the triangular factors are inverted explicitly, by halves, so that the solves are
+products too); no ``d × d`` matrix per token. The entering states are prefix sums of the blocks'
+``Zᵀ Z`` and ``Zᵀ Ṽ``, so all blocks are computed at once (in groups of about ``GROUP_BYTES``).
+
+**Accuracy.** Woodbury solves ``H^{kk}_t + Λ`` through the base ``A``: its rounding error exceeds
+a direct solve's by up to the growth ``μ = λ_max(A⁻¹ (A + ZᵀZ))`` of the system over the block
+(large when the block's keys fill directions that ``S + Λ`` barely covers, e.g. a small λ in
+the first block). ``μ ≤ 1 + ‖Z L_A⁻ᵀ‖²_F = tr Ĉ − C + 1`` costs nothing more; a block where this
+bound exceeds ``MAX_GROWTH`` (or a Cholesky fails in rounding) is solved per position instead.
+Once the past keys dominate the block's, ``μ → 1`` and every block is blocked.
 
 **With a per-token decay: one solve per position.** With ``a_t = Π α`` over the block,
 ``H^{kk}_t + Λ = a_t (S + Λ / a_t + Σ_{i≤t} (β_i / a_i) k_i k_iᵀ)``: the ridge is not decayed,
 so the base ``S + Λ / a_t`` changes at every token and the capacitances of different positions
 are different matrices, not nested leading blocks of one. No factorisation is shared between
 positions (even a scalar λ, which diagonalises the base once, leaves a ``min(t, d)``-sized
-factorisation per token), so each position's ``H^{kk}_t + Λ`` is formed (a decay-weighted
-matrix product over the block) and factorised by Cholesky, a group of blocks of about
-``GROUP_BYTES`` at a time; a position whose Cholesky fails in rounding (``κ ≳ 1/u``) is solved by
-LU with partial pivoting instead.
+factorisation per token), so each position's ``H^{kk}_t + Λ`` is formed (one decay-weighted
+matrix product per block) and solved by LU with partial pivoting (batched; faster than
+PyTorch's batched Cholesky solve at these sizes), a group of blocks of about ``GROUP_BYTES`` at
+a time.
 """
 
 from __future__ import annotations
@@ -69,11 +74,11 @@ def _group(per_block: int, n_blocks: int) -> int:
     return max(1, min(n_blocks, GROUP_BYTES // per_block))
 
 
-def _exclusive_prefix(sums: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
-    """``start + Σ_{m<n} sums_m`` for every block n (axis 2) of ``sums (B, H, N, ·, ·)``,
-    summed in block order."""
+def _exclusive_prefix(sums: torch.Tensor) -> torch.Tensor:
+    """``Σ_{m<n} sums_m`` for every block n (axis 2) of ``sums (B, H, N, ·, ·)``, summed in
+    block order (the states entering the blocks)."""
     out = torch.empty_like(sums)
-    out[:, :, 0] = start
+    out[:, :, 0] = 0
     for n in range(1, sums.shape[2]):
         torch.add(out[:, :, n - 1], sums[:, :, n - 1], out=out[:, :, n])
     return out
@@ -94,8 +99,8 @@ def mesa_woodbury(
     qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
     root = blocks(beta, chunk).sqrt().unsqueeze(-1)
     zc, wc = root * kc, root * vc
-    kk_sums, kv_sums = zc.mT @ zc, zc.mT @ wc  # (B, H, N, d_k, ·): each block's writes
-    kk, kv = q.new_zeros(b, h, d_k, d_k), q.new_zeros(b, h, d_k, d_v)
+    # [H^{kk}_0 | H^{kv}_0] entering each block: prefix sums of the blocks' [ZᵀZ | ZᵀṼ]
+    states = _exclusive_prefix(zc.mT @ torch.cat([zc, wc], dim=-1))
     n_blocks = qc.shape[2]
     per_block = b * h * q.element_size() * (3 * d_k * d_k + 2 * d_k * (2 * chunk + d_v))
     per_block += b * h * q.element_size() * (5 * chunk * chunk + 2 * chunk * d_v)
@@ -103,46 +108,42 @@ def mesa_woodbury(
     outs = []
     for start in range(0, n_blocks, step):
         part = slice(start, start + step)
-        kk_in = _exclusive_prefix(kk_sums[:, :, part], kk)
-        kv_in = _exclusive_prefix(kv_sums[:, :, part], kv)
-        args = (qc[:, :, part], zc[:, :, part], wc[:, :, part], kk_in, kv_in)
+        args = (qc[:, :, part], zc[:, :, part], wc[:, :, part], states[:, :, part])
         out, bad = _woodbury_blocks(*args, lam)
         if bool(bad.any()):
             reg = lam[:, None].expand((*bad.shape, d_k))[bad].unsqueeze(-2)
-            q_b, z_b, w_b, kk_b, kv_b = (x[bad] for x in args)
+            q_b, z_b, w_b, s_b = (x[bad] for x in args)
             ones = torch.ones(chunk, chunk, dtype=q.dtype, device=q.device).tril()
+            kk_b, kv_b = s_b[..., :d_k], s_b[..., d_k:]
             out[bad] = _positions(q_b, z_b, w_b, ones, ones[-1], kk_b, kv_b, reg)
         outs.append(out)
-        kk = kk_in[:, :, -1] + kk_sums[:, :, part][:, :, -1]
-        kv = kv_in[:, :, -1] + kv_sums[:, :, part][:, :, -1]
     return unblock(torch.cat(outs, dim=2), t_len)
 
 
 def _woodbury_blocks(
-    q: torch.Tensor,
-    z: torch.Tensor,
-    w: torch.Tensor,
-    kk: torch.Tensor,
-    kv: torch.Tensor,
-    lam: torch.Tensor,
+    q: torch.Tensor, z: torch.Tensor, w: torch.Tensor, states: torch.Tensor, lam: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``O = Q A⁻¹ P + Yᵀ (Ṽ − Z A⁻¹ P)`` for blocks ``(B, H, n, C, ·)`` of queries ``q``, scaled
-    keys ``z`` and values ``w``, entered with ``S = kk``, ``P = kv`` (``(B, H, n, d_k, ·)``), and
-    the blocks ``(B, H, n)`` to solve per position instead: a failed Cholesky or the growth bound
-    ``1 + ‖Z L_A⁻ᵀ‖²_F`` above ``MAX_GROWTH``."""
-    base = kk.clone()
+    keys ``z`` and values ``w``, entered with ``[S | P] = states`` (``(B, H, n, d_k, d_k + d_v)``),
+    and the blocks ``(B, H, n)`` to solve per position instead: a failed Cholesky or the growth
+    bound ``1 + ‖Z L_A⁻ᵀ‖²_F`` above ``MAX_GROWTH``."""
+    chunk, d_k = q.shape[-2:]
+    base = states[..., :d_k].clone()
     base.diagonal(dim1=-2, dim2=-1).add_(lam[:, None])  # A = S + Λ
     factor, info_a = torch.linalg.cholesky_ex(base)
-    inv_a = lower_inverse(factor).mT  # L_A⁻ᵀ
-    zl, ql, e = z @ inv_a, q @ inv_a, inv_a.mT @ kv  # Z L_A⁻ᵀ, Q L_A⁻ᵀ, L_A⁻¹ P
-    cap = zl @ zl.mT
+    inv_a = lower_inverse(factor)
+    both = torch.cat([z, q], dim=-2) @ inv_a.mT  # [Z; Q] L_A⁻ᵀ
+    zl = both[..., :chunk, :]
+    scores = zl @ both.mT  # [Z A⁻¹ Zᵀ | Z A⁻¹ Qᵀ]
+    cap = scores[..., :chunk]
     growth = 1 + cap.diagonal(dim1=-2, dim2=-1).sum(-1)  # ≥ λ_max(A⁻¹ (A + ZᵀZ))
     cap.diagonal(dim1=-2, dim2=-1).add_(1.0)  # Ĉ = I + Z A⁻¹ Zᵀ
     low, info_c = torch.linalg.cholesky_ex(cap)
     inv = lower_inverse(low)
-    y = inv.mT @ (inv @ (zl @ ql.mT)).triu_()
+    y = inv.mT @ (inv @ scores[..., chunk:]).triu_()
+    read = both @ (inv_a @ states[..., d_k:])  # [Z; Q] A⁻¹ P
     bad = (info_a != 0) | (info_c != 0) | ~(growth <= MAX_GROWTH)
-    return ql @ e + y.mT @ (w - zl @ e), bad
+    return read[..., chunk:, :] + y.mT @ (w - read[..., :chunk, :]), bad
 
 
 def lower_inverse(low: torch.Tensor) -> torch.Tensor:
@@ -178,7 +179,7 @@ def mesa_per_position(
     lam: torch.Tensor,
     chunk: int = CHUNK,
 ) -> torch.Tensor:
-    """Mesa with a decay, one Cholesky solve per position (module docstring): within a block
+    """Mesa with a decay, one LU solve per position (module docstring): within a block
     with cumulative log-decay ``G_t`` and entering states ``H^{kk}_0``, ``H^{kv}_0``,
     ``H^{kk}_t = e^{G_t} H^{kk}_0 + Σ_{i≤t} e^{G_t − G_i} β_i k_i k_iᵀ`` and
     ``o_t = e^{G_t} H^{kv}_0ᵀ x_t + Σ_{i≤t} e^{G_t − G_i} β_i (k_iᵀ x_t) v_i``."""
@@ -196,13 +197,15 @@ def mesa_per_position(
     n_blocks = qc.shape[2]
     per_block = b * h * chunk * d_k * d_k * q.element_size() * 3
     step = _group(per_block, n_blocks)
-    reg = lam[:, None, None]  # (H, 1, 1, d_k) against the diagonals (B, H, n, C, d_k)
+    reg = lam[:, None, None].expand(b, h, n_blocks, 1, d_k)
     outs = []
     for start in range(0, n_blocks, step):
         part = slice(start, start + step)
         q_p, k_p, v_p, mix_p, g_p = (x[:, :, part] for x in (qc, kc, vc, mix, g))
         outs.append(
-            _positions(q_p, k_p, v_p, mix_p, g_p.exp(), kk0[:, :, part], kv0[:, :, part], reg)
+            _positions(
+                q_p, k_p, v_p, mix_p, g_p.exp(), kk0[:, :, part], kv0[:, :, part], reg[:, :, part]
+            )
         )
     return unblock(torch.cat(outs, dim=2), t_len)
 
@@ -217,16 +220,19 @@ def _positions(
     kv0: torch.Tensor,
     reg: torch.Tensor,
 ) -> torch.Tensor:
-    """One Cholesky solve per position for blocks ``(…, C, ·)`` entered with ``kk0``, ``kv0``
-    (``(…, d_k, ·)``): ``H_t = decay_t kk0 + Σ_i mix_{ti} k_i k_iᵀ`` (one matrix product over the
-    block), ``x_t = (H_t + Λ)⁻¹ q_t`` (``reg`` = λ, broadcast against the diagonals ``(…, C, d_k)``)
-    and ``o_t = decay_t kv0ᵀ x_t + Σ_i mix_{ti} (k_iᵀ x_t) v_i``."""
-    d_k = k.shape[-1]
-    outer = (k.unsqueeze(-1) * k.unsqueeze(-2)).flatten(-2)  # (…, C, d_k²)
-    system = (mix @ outer).unflatten(-1, (d_k, d_k))
-    system += decay[..., None, None] * kk0.unsqueeze(-3)
-    system.diagonal(dim1=-2, dim2=-1).add_(reg)
-    x = _spd_solve(system, q)
+    """One LU solve per position for blocks ``(…, C, ·)`` entered with ``kk0``, ``kv0``
+    (``(…, d_k, ·)``): ``H_t + Λ = Σ_i mix_{ti} k_i k_iᵀ + decay_t kk0 + Λ``, one matrix product
+    of ``[mix | decay | 1]`` with the rows ``vec(k_i k_iᵀ)``, ``vec(kk0)``, ``vec(Λ)`` (``reg`` = λ
+    ``(…, 1, d_k)``); ``x_t = (H_t + Λ)⁻¹ q_t`` and
+    ``o_t = decay_t kv0ᵀ x_t + Σ_i mix_{ti} (k_iᵀ x_t) v_i``."""
+    chunk, d_k = k.shape[-2:]
+    rows = k.new_empty(*k.shape[:-2], chunk + 2, d_k, d_k)
+    torch.mul(k.unsqueeze(-1), k.unsqueeze(-2), out=rows[..., :chunk, :, :])
+    rows[..., chunk, :, :] = kk0
+    rows[..., chunk + 1, :, :] = torch.diag_embed(reg.squeeze(-2))
+    coef = torch.cat([mix, decay.unsqueeze(-1), torch.ones_like(decay).unsqueeze(-1)], -1)
+    system = (coef @ rows.flatten(-2)).unflatten(-1, (d_k, d_k))
+    x = torch.linalg.solve(system, q)
     return (x * decay.unsqueeze(-1)) @ kv0 + ((x @ k.mT) * mix) @ v
 
 
@@ -243,14 +249,3 @@ def _entering(
         a = block_decay[:, :, n, None, None]
         kk, kv = torch.addcmul(kk_writes[:, :, n], a, kk), torch.addcmul(kv_writes[:, :, n], a, kv)
     return torch.stack(kks, 2), torch.stack(kvs, 2)
-
-
-def _spd_solve(system: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
-    """``system⁻¹ rhs`` for symmetric positive definite ``system (…, d, d)``, ``rhs (…, d)``:
-    Cholesky, and LU with partial pivoting where the Cholesky fails in rounding."""
-    factor, info = torch.linalg.cholesky_ex(system)
-    x = torch.cholesky_solve(rhs.unsqueeze(-1), factor).squeeze(-1)
-    bad = info != 0
-    if bool(bad.any()):
-        x[bad] = torch.linalg.solve(system[bad], rhs[bad])
-    return x
