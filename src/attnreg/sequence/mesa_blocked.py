@@ -77,11 +77,12 @@ def _group(per_block: int, n_blocks: int) -> int:
 def _exclusive_prefix(sums: torch.Tensor) -> torch.Tensor:
     """``Σ_{m<n} sums_m`` for every block n (axis 2) of ``sums (B, H, N, ·, ·)``, summed in
     block order (the states entering the blocks)."""
-    out = torch.empty_like(sums)
-    out[:, :, 0] = 0
-    for n in range(1, sums.shape[2]):
-        torch.add(out[:, :, n - 1], sums[:, :, n - 1], out=out[:, :, n])
-    return out
+    total = torch.zeros_like(sums[:, :, 0])
+    out = [total]
+    for n in range(sums.shape[2] - 1):
+        total = total + sums[:, :, n]
+        out.append(total)
+    return torch.stack(out, dim=2)
 
 
 def mesa_woodbury(
@@ -152,22 +153,24 @@ def lower_inverse(low: torch.Tensor) -> torch.Tensor:
     down to ``BASE`` rows, inverted by forward substitution row by row (batched matrix products
     instead of one small triangular solve per matrix)."""
     size = low.shape[-1]
-    out = torch.zeros_like(low)
     if size <= BASE:
+        eye = torch.eye(size, dtype=low.dtype, device=low.device)
         diag = low.diagonal(dim1=-2, dim2=-1).unsqueeze(-1)
+        rows: list[torch.Tensor] = []
         for i in range(size):
-            row = -(low[..., i : i + 1, :i] @ out[..., :i, :])
-            row[..., 0, i] += 1
-            out[..., i : i + 1, :] = row / diag[..., i : i + 1, :]
-        return out
+            row = eye[i : i + 1]
+            if rows:
+                row = row - low[..., i : i + 1, :i] @ torch.cat(rows, dim=-2)
+            rows.append(row / diag[..., i : i + 1, :])
+        return torch.cat(rows, dim=-2)
     half = size // 2
     if size % 2:
         first, second = lower_inverse(low[..., :half, :half]), lower_inverse(low[..., half:, half:])
     else:
         first, second = lower_inverse(torch.stack([low[..., :half, :half], low[..., half:, half:]]))
-    out[..., :half, :half], out[..., half:, half:] = first, second
-    out[..., half:, :half] = -(second @ (low[..., half:, :half] @ first))
-    return out
+    corner = -(second @ (low[..., half:, :half] @ first))
+    top = torch.cat([first, first.new_zeros(*first.shape[:-1], size - half)], dim=-1)
+    return torch.cat([top, torch.cat([corner, second], dim=-1)], dim=-2)
 
 
 def mesa_per_position(
@@ -225,11 +228,10 @@ def _positions(
     of ``[mix | decay | 1]`` with the rows ``vec(k_i k_iᵀ)``, ``vec(kk0)``, ``vec(Λ)`` (``reg`` = λ
     ``(…, 1, d_k)``); ``x_t = (H_t + Λ)⁻¹ q_t`` and
     ``o_t = decay_t kv0ᵀ x_t + Σ_i mix_{ti} (k_iᵀ x_t) v_i``."""
-    chunk, d_k = k.shape[-2:]
-    rows = k.new_empty(*k.shape[:-2], chunk + 2, d_k, d_k)
-    torch.mul(k.unsqueeze(-1), k.unsqueeze(-2), out=rows[..., :chunk, :, :])
-    rows[..., chunk, :, :] = kk0
-    rows[..., chunk + 1, :, :] = torch.diag_embed(reg.squeeze(-2))
+    d_k = k.shape[-1]
+    outer = k.unsqueeze(-1) * k.unsqueeze(-2)  # (…, C, d_k, d_k)
+    ridge = torch.diag_embed(reg.squeeze(-2)).expand_as(kk0)
+    rows = torch.cat([outer, kk0.unsqueeze(-3), ridge.unsqueeze(-3)], dim=-3)
     coef = torch.cat([mix, decay.unsqueeze(-1), torch.ones_like(decay).unsqueeze(-1)], -1)
     system = (coef @ rows.flatten(-2)).unflatten(-1, (d_k, d_k))
     x = torch.linalg.solve(system, q)
