@@ -245,7 +245,7 @@ def test_gradients_match_finite_differences(length):
     finite differences, in float64, within one block (5 tokens) and across two (70 tokens, in
     gradcheck's fast mode: random projections of the Jacobian). Mesa without decay at 70 tokens
     takes both of its blocked paths: the first block per position (its growth bound exceeds
-    64), the second by Woodbury."""
+    ``MAX_GROWTH``), the second by Woodbury."""
     g = torch.Generator().manual_seed(12)
     shape = (1, 1, length, 2)
 

@@ -23,10 +23,11 @@ products too); no ``d × d`` matrix per token. The entering states are prefix su
 ``Zᵀ Z`` and ``Zᵀ Ṽ``, so all blocks are computed at once (in groups of about ``GROUP_BYTES``).
 
 **Accuracy.** Woodbury solves ``H^{kk}_t + Λ`` through the base ``A``: its rounding error exceeds
-a direct solve's by up to the growth ``μ = λ_max(A⁻¹ (A + ZᵀZ))`` of the system over the block
-(large when the block's keys fill directions that ``S + Λ`` barely covers, e.g. a small λ in
-the first block). ``μ ≤ 1 + ‖Z L_A⁻ᵀ‖²_F = tr Ĉ − C + 1`` costs nothing more; a block where this
-bound exceeds ``MAX_GROWTH`` (or a Cholesky fails in rounding) is solved per position instead.
+a direct solve's by up to the growth ``μ = λ_max(A⁻¹ (A + ZᵀZ)) = λ_max(Ĉ)`` of the system over
+the block (large when the block's keys fill directions that ``S + Λ`` barely covers, e.g. a small
+λ in the first block). Its bounds ``tr Ĉ − C + 1`` and ``‖Ĉ‖_∞`` (the largest absolute row sum)
+cost nothing more; a block where the smaller exceeds ``MAX_GROWTH`` (or a Cholesky fails in
+rounding) is solved per position instead.
 Once the past keys dominate the block's, ``μ → 1`` and every block is blocked.
 
 **With a per-token decay: one solve per position.** With ``a_t = Π α`` over the block,
@@ -47,9 +48,9 @@ import torch
 from attnreg.sequence.chunked import blocks, unblock
 
 CHUNK = 64
-GROUP_BYTES = 64 * 2**20
-BASE = 8
-MAX_GROWTH = 64.0
+GROUP_BYTES = 64 * 2**20  # temporaries per group of blocks
+BASE = 8  # lower_inverse substitutes row by row below this size
+MAX_GROWTH = 64.0  # above it, a block's Woodbury error may exceed a direct solve's too much
 
 
 def mesa_chunked(
@@ -127,7 +128,7 @@ def _woodbury_blocks(
     """``O = Q A⁻¹ P + Yᵀ (Ṽ − Z A⁻¹ P)`` for blocks ``(B, H, n, C, ·)`` of queries ``q``, scaled
     keys ``z`` and values ``w``, entered with ``[S | P] = states`` (``(B, H, n, d_k, d_k + d_v)``),
     and the blocks ``(B, H, n)`` to solve per position instead: a failed Cholesky or the growth
-    bound ``1 + ‖Z L_A⁻ᵀ‖²_F`` above ``MAX_GROWTH``."""
+    bound ``min(tr Ĉ − C + 1, ‖Ĉ‖_∞) ≥ λ_max(Ĉ)`` above ``MAX_GROWTH``."""
     chunk, d_k = q.shape[-2:]
     base = states[..., :d_k].clone()
     base.diagonal(dim1=-2, dim2=-1).add_(lam[:, None])  # A = S + Λ
@@ -137,8 +138,9 @@ def _woodbury_blocks(
     zl = both[..., :chunk, :]
     scores = zl @ both.mT  # [Z A⁻¹ Zᵀ | Z A⁻¹ Qᵀ]
     cap = scores[..., :chunk]
-    growth = 1 + cap.diagonal(dim1=-2, dim2=-1).sum(-1)  # ≥ λ_max(A⁻¹ (A + ZᵀZ))
     cap.diagonal(dim1=-2, dim2=-1).add_(1.0)  # Ĉ = I + Z A⁻¹ Zᵀ
+    trace = cap.diagonal(dim1=-2, dim2=-1).sum(-1) - (chunk - 1)
+    growth = torch.minimum(trace, cap.abs().sum(-1).amax(-1))  # ≥ λ_max(Ĉ)
     low, info_c = torch.linalg.cholesky_ex(cap)
     inv = lower_inverse(low)
     y = inv.mT @ (inv @ scores[..., chunk:]).triu_()
