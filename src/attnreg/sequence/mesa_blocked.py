@@ -49,7 +49,7 @@ from attnreg.sequence.chunked import blocks, unblock
 
 CHUNK = 64
 GROUP_BYTES = 64 * 2**20  # temporaries per group of blocks
-BASE = 8  # lower_inverse substitutes row by row below this size
+BASE = 8  # lower_inverse solves triangular systems at this size
 MAX_GROWTH = 64.0  # above it, a block's Woodbury error may exceed a direct solve's too much
 
 
@@ -77,7 +77,8 @@ def _group(per_block: int, n_blocks: int) -> int:
 
 def _exclusive_prefix(sums: torch.Tensor) -> torch.Tensor:
     """``Σ_{m<n} sums_m`` for every block n (axis 2) of ``sums (B, H, N, ·, ·)``, summed in
-    block order (the states entering the blocks)."""
+    block order (the states entering the blocks; a loop: ``cumsum`` along a middle axis is
+    several times slower)."""
     total = torch.zeros_like(sums[:, :, 0])
     out = [total]
     for n in range(sums.shape[2] - 1):
@@ -151,20 +152,13 @@ def _woodbury_blocks(
 
 def lower_inverse(low: torch.Tensor) -> torch.Tensor:
     """``L⁻¹`` of lower triangular ``low (…, s, s)`` with a non-zero diagonal, by halves:
-    ``[[A, 0], [B, C]]⁻¹ = [[A⁻¹, 0], [−C⁻¹ B A⁻¹, C⁻¹]]`` (equal halves inverted together),
-    down to ``BASE`` rows, inverted by forward substitution row by row (batched matrix products
-    instead of one small triangular solve per matrix)."""
+    ``[[A, 0], [B, C]]⁻¹ = [[A⁻¹, 0], [−C⁻¹ B A⁻¹, C⁻¹]]`` (equal halves inverted together), down
+    to ``BASE`` rows, inverted by triangular solves: most of the work is batched matrix products,
+    which are faster than one triangular solve per ``s × s`` matrix."""
     size = low.shape[-1]
     if size <= BASE:
-        eye = torch.eye(size, dtype=low.dtype, device=low.device)
-        diag = low.diagonal(dim1=-2, dim2=-1).unsqueeze(-1)
-        rows: list[torch.Tensor] = []
-        for i in range(size):
-            row = eye[i : i + 1]
-            if rows:
-                row = row - low[..., i : i + 1, :i] @ torch.cat(rows, dim=-2)
-            rows.append(row / diag[..., i : i + 1, :])
-        return torch.cat(rows, dim=-2)
+        eye = torch.eye(size, dtype=low.dtype, device=low.device).expand_as(low)
+        return torch.linalg.solve_triangular(low, eye, upper=False)
     half = size // 2
     if size % 2:
         first, second = lower_inverse(low[..., :half, :half]), lower_inverse(low[..., half:, half:])
