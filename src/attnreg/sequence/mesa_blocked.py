@@ -105,8 +105,10 @@ def mesa_woodbury(
     # [H^{kk}_0 | H^{kv}_0] entering each block: prefix sums of the blocks' [ZᵀZ | ZᵀṼ]
     states = _exclusive_prefix(zc.mT @ torch.cat([zc, wc], dim=-1))
     n_blocks = qc.shape[2]
-    per_block = b * h * q.element_size() * (3 * d_k * d_k + 2 * d_k * (2 * chunk + d_v))
-    per_block += b * h * q.element_size() * (5 * chunk * chunk + 2 * chunk * d_v)
+    # the temporaries of _woodbury_blocks: A, L_A, L_A⁻¹; [Z; Q] L_A⁻ᵀ; [Ĉ | G], L, L⁻¹, Y and
+    # one product; [Z; Q] A⁻¹ P and the output
+    per_block = 3 * d_k * d_k + 2 * chunk * d_k + 6 * chunk * chunk + 3 * chunk * d_v
+    per_block *= b * h * q.element_size()
     step = _group(per_block, n_blocks)
     outs = []
     for start in range(0, n_blocks, step):
