@@ -23,10 +23,8 @@ tokens, so that a segment's temporaries stay in cache) are computed at once; onl
   triangular solve per block.
 * **Longhorn's diagonal approximation**: linear attention with one decay per key coordinate,
   ``a_t = 1 − ε_t k_t ⊙ k_t``; the intra-block scores carry ``e^{G_{tj} − G_{ij}}`` per coordinate.
-* **Mesa** (von Oswald et al. 2025, MesaNet): ``H^{kk}_t = e^{G_t} H^{kk}_0 + Σ_{i≤t} L_{ti} β_i
-  k_i k_iᵀ`` is formed for every position of a group of blocks and ``(H^{kk}_t + Λ) x_t = q_t`` is
-  solved exactly (batched LU with partial pivoting, one factorisation per position); then
-  ``o_t = e^{G_t} H^{kv}_0ᵀ x_t + Σ_{i≤t} L_{ti} β_i (k_iᵀ x_t) v_i``.
+
+Mesa's chunked form is in :mod:`attnreg.sequence.mesa_blocked`.
 """
 
 from __future__ import annotations
@@ -38,7 +36,6 @@ from torch.nn.functional import pad
 
 CHUNK = 64
 SEGMENT = 512
-MESA_GROUP_BYTES = 64 * 2**20
 
 
 def blocks(x: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -259,52 +256,3 @@ def _delta_segment(
         )
     out = q_decayed @ torch.stack(entering, 2) + scores @ torch.stack(pseudo, 2)
     return unblock(out, t_len), state
-
-
-def mesa_chunked(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    beta: torch.Tensor,
-    log_decay: torch.Tensor | None,
-    lam: torch.Tensor,
-    chunk: int = CHUNK,
-) -> torch.Tensor:
-    """``o_t = H^{kv}_tᵀ (H^{kk}_t + diag(λ))⁻¹ q_t`` with the decayed, β-weighted second moments
-    ``H^{kk}_t``, ``H^{kv}_t`` (``lam (H, d_k)``), an exact solve per position, in blocks of
-    ``chunk`` tokens and groups of blocks of about ``MESA_GROUP_BYTES``. Within a group,
-    ``H^{kk}_t = α_t H^{kk}_{t−1} + β_t k_t k_tᵀ`` is stepped through the ``chunk`` positions of all
-    its blocks at once (each block starting from its carried ``H^{kk}_0``)."""
-    (b, h, t_len), d_k = q.shape[:3], q.shape[-1]
-    qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
-    bc = blocks(beta, chunk)
-    g, decay = _log_decays(log_decay, q, chunk)
-    alpha = None if log_decay is None else blocks(log_decay, chunk).exp()
-    last = g[..., -1:]
-    k_weighted = kc * (bc * (last - g).exp()).unsqueeze(-1)
-    block_decay = last.squeeze(-1).exp()
-    zero_kk = q.new_zeros(b, h, d_k, d_k)
-    kk0 = _carry(k_weighted.mT @ kc, block_decay, zero_kk)[0]  # (B, H, N, d_k, d_k) per block
-    kv0 = _carry(k_weighted.mT @ vc, block_decay, q.new_zeros(b, h, d_k, v.shape[-1]))[0]
-    mix = decay * bc.unsqueeze(-2)  # L_{ti} β_i
-    reg = lam[:, None, None]  # (H, 1, 1, d_k) against the diagonals (B, H, n, C, d_k)
-    n_blocks = qc.shape[2]
-    per_block = b * h * chunk * d_k * d_k * q.element_size() * 3
-    step = max(1, MESA_GROUP_BYTES // per_block)
-    kb = bc.unsqueeze(-1) * kc
-    outs = []
-    for start in range(0, n_blocks, step):
-        part = slice(start, start + step)
-        kk = kk0[:, :, part]
-        moments = []
-        for c in range(chunk):
-            if alpha is not None:
-                kk = alpha[:, :, part, c, None, None] * kk
-            kk = kk + kb[:, :, part, c, :, None] * kc[:, :, part, c, None, :]
-            moments.append(kk)
-        system = torch.stack(moments, dim=3)  # (B, H, n, C, d_k, d_k)
-        system.diagonal(dim1=-2, dim2=-1).add_(reg)
-        x = torch.linalg.solve(system, qc[:, :, part].unsqueeze(-1)).squeeze(-1)
-        inter = (x * g[:, :, part].exp().unsqueeze(-1)) @ kv0[:, :, part]
-        outs.append(inter + ((x @ kc[:, :, part].mT) * mix[:, :, part]) @ vc[:, :, part])
-    return unblock(torch.cat(outs, dim=2), t_len)
