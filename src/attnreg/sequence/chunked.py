@@ -140,10 +140,10 @@ def _linear_segment(
     scores = q @ k.mT
     if log_decay is None:
         writes = k.mT @ v
-        totals = writes.cumsum(0) + state  # the state after each block
-        inter = q @ (totals - writes)
-        out = torch.baddbmm(_batched(inter), _batched(scores.tril_()), _batched(v))
-        return out.view_as(inter), totals[-1]
+        before = torch.ones(len(q), len(q), dtype=q.dtype, device=q.device).tril_(-1)
+        entering = (before @ writes.flatten(1)).view_as(writes) + state
+        out = torch.baddbmm(_batched(q @ entering), _batched(scores.tril_()), _batched(v))
+        return out.view(*q.shape[:-1], -1), entering[-1] + writes[-1]
     g = log_decay.cumsum(-1)
     last = g[..., -1:]
     writes = (k * (last - g).exp().unsqueeze(-1)).mT @ v
