@@ -76,31 +76,35 @@ def _decay_matrix(g: torch.Tensor) -> torch.Tensor:
     return (g[..., :, None] - g[..., None, :]).masked_fill(~causal, -torch.inf).exp()
 
 
+def _blockwise(x: torch.Tensor, chunk: int) -> torch.Tensor:
+    """``(B, H, T, …) -> (N, B·H, C, …)`` (zero-padded blocks, block axis first): a view of a
+    contiguous ``x``, whose slices along the block axis :func:`_by_segments` copies to
+    contiguous parts."""
+    return blocks(x, chunk).flatten(0, 1).transpose(0, 1)
+
+
 def _by_segments(
     step: Callable[..., tuple[torch.Tensor, torch.Tensor]],
-    tensors: Sequence[torch.Tensor | None],
+    parts: Sequence[torch.Tensor | None],
     state: torch.Tensor,
-    chunk: int,
+    like: torch.Tensor,
     segment: int,
 ) -> torch.Tensor:
-    """Run ``step(*parts, state) -> (out, state)`` over the blocks of ``chunk`` tokens,
-    ``segment // chunk`` blocks at a time, and return the outputs as ``(B, H, T, d_v)``.
+    """Run ``step(*slices, state) -> (out, state)`` over the blocks, ``segment // C`` blocks at
+    a time, and return the outputs as ``(B, H, T, d_v)`` (``B, H, T`` those of ``like``).
 
-    ``tensors`` are ``(B, H, T', …)`` with ``T'`` the length (``T`` for the first, ``q``; others
-    may already span the padded blocks), or ``None`` (passed through). Each part is block-major
-    and contiguous, ``(n, B·H, C, …)``, so that block ``j`` of all heads, ``part[j]``, is one
-    operand of a batched product; ``out`` is ``(n, B·H, C, d_v)``."""
-    first = tensors[0]
-    if first is None:
-        raise ValueError("tensors: the first tensor (q) is required")
-    b, h, t_len = first.shape[:3]
-    blocked = [None if t is None else blocks(t, chunk).flatten(0, 1) for t in tensors]
-    n_blocks, per = -(-t_len // chunk), max(1, segment // chunk)
+    ``parts`` are block-major ``(N, B·H, C, …)`` (:func:`_blockwise`) or ``None`` (passed
+    through). Each slice is made contiguous (a copy of a view, nothing for a tensor already
+    block-major), so that block ``j`` of all heads, ``slice[j]``, is one operand of a batched
+    product; ``out`` is ``(n, B·H, C, d_v)``."""
+    b, h, t_len = like.shape[:3]
+    n_blocks, chunk = next(p.shape[:3:2] for p in parts if p is not None)
+    per = max(1, segment // chunk)
     out = None
     for start in range(0, n_blocks, per):
         span = slice(start, start + per)
-        parts = [None if t is None else t[:, span].transpose(0, 1).contiguous() for t in blocked]
-        piece, state = step(*parts, state)
+        slices = [None if p is None else p[span].contiguous() for p in parts]
+        piece, state = step(*slices, state)
         if out is None:
             out = piece.new_empty(b * h, n_blocks, chunk, piece.shape[-1])
         out[:, span] = piece.transpose(0, 1)
@@ -124,7 +128,8 @@ def linear_chunked(
     """``S_t = α_t S_{t−1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t`` (``log_decay = log α``, ``(B, H, T)``
     or ``None``) in blocks of ``chunk`` tokens, ``segment`` tokens at a time."""
     state = q.new_zeros(q.shape[0] * q.shape[1], q.shape[-1], v.shape[-1])
-    return _by_segments(_linear_segment, [q, k, v, log_decay], state, chunk, segment)
+    parts = [None if x is None else _blockwise(x, chunk) for x in (q, k, v, log_decay)]
+    return _by_segments(_linear_segment, parts, state, q, segment)
 
 
 def _linear_segment(
@@ -183,7 +188,8 @@ def diagonal_chunked(
     e^{G_{tj} − G_{ij}}) v_i`` with ``G = cumsum log a`` per coordinate: the scores are a
     ``C × C × d_k`` product per block (every exponent ≤ 0)."""
     state = q.new_zeros(q.shape[0] * q.shape[1], q.shape[-1], v.shape[-1])
-    return _by_segments(_diagonal_segment, [q, k, v, eps], state, chunk, segment)
+    parts = [_blockwise(x, chunk) for x in (q, k, v, eps)]
+    return _by_segments(_diagonal_segment, parts, state, q, segment)
 
 
 def _diagonal_segment(
@@ -220,54 +226,53 @@ def delta_chunked(
     two, ≥ 2). ``A``, the part of ``diag(β) K Kᵀ ⊙ L`` strictly below the diagonal, and the
     inverses of the diagonal half-blocks of ``I + A`` (:func:`_diagonal_inverses`) are formed for
     all blocks at once; the rest ``segment`` tokens at a time (:func:`_delta_segment`)."""
-    kc, bc = blocks(k, chunk), blocks(beta, chunk).unsqueeze(-1)
-    lower = bc * (kc @ kc.mT)
-    decay = None
+    kb = _blockwise(k, chunk).contiguous()  # (N, B·H, C, d_k), once for all segments
+    bb = _blockwise(beta, chunk).unsqueeze(-1).contiguous()
+    lower = bb * (kb @ kb.mT)
+    g = decay = None
     if log_decay is not None:
-        decay = _decay_matrix(blocks(log_decay, chunk).cumsum(-1))
+        g = _blockwise(log_decay, chunk).cumsum(-1)
+        decay = _decay_matrix(g)
         lower = lower * decay
     lower = lower.tril_(-1)
-    inverses = _diagonal_inverses(lower.flatten(0, 2), chunk // 2)
-    inverses = inverses.view(*lower.shape[:3], chunk, chunk // 2)
+    inverses = _diagonal_inverses(lower.flatten(0, 1), chunk // 2).view(*lower.shape[:3], -1)
     state = q.new_zeros(q.shape[0] * q.shape[1], q.shape[-1], v.shape[-1])
-    parts = [q, k, v, beta, log_decay, lower.flatten(2, 3), inverses.flatten(2, 3)]
-    parts.append(None if decay is None else decay.flatten(2, 3))
-    return _by_segments(_delta_segment, parts, state, chunk, segment)
+    parts = [_blockwise(q, chunk), kb, _blockwise(v, chunk), bb, g, lower, inverses, decay]
+    return _by_segments(_delta_segment, parts, state, q, segment)
 
 
 def _delta_segment(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    beta: torch.Tensor,
-    log_decay: torch.Tensor | None,
+    bc: torch.Tensor,
+    g: torch.Tensor | None,
     lower: torch.Tensor,
     inverses: torch.Tensor,
     decay: torch.Tensor | None,
     state: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One segment from the entering state ``(B·H, d_k, d_v)``; returns its outputs and the
-    state leaving it. Block-major ``(n, B·H, C, ·)`` parts; ``lower`` is ``A``, ``inverses`` the
-    inverses of the half-blocks of ``I + A`` (``(n, B·H, C, C/2)``), ``decay`` the matrices ``L``
-    (``None`` without decay). ``[Ũ | W] = (I + A)⁻¹ [diag(β) V | diag(β e^G) K]`` and the
+    state leaving it. Block-major ``(n, B·H, C, ·)`` parts: ``bc`` is ``β`` (``(…, C, 1)``),
+    ``g`` the cumulative log-decays ``G`` and ``decay`` the matrices ``L`` (both ``None``
+    without decay), ``lower`` is ``A``, ``inverses`` the inverses of the half-blocks of
+    ``I + A`` (``(n, B·H, C, C/2)``). ``[Ũ | W] = (I + A)⁻¹ [diag(β) V | diag(β e^G) K]`` and the
     intra-block scores are formed for all blocks of the segment at once; the loop over blocks
     carries the state only (two products per block, ``u = Ũ − W S`` and ``S ← a S + K̃ᵀ u``
     with ``K̃ = diag(e^{G_C − G}) K``); the outputs are two batched products after it,
     ``o = diag(e^G) Q S + (Q Kᵀ ⊙ L) u``."""
     d_v = v.shape[-1]
-    bc = beta.unsqueeze(-1)
     scores = q @ k.mT
-    if log_decay is None or decay is None:
-        scores, keys_in, q_read, k_write, block_decay = scores.tril_(), bc * k, q, k, None
+    if g is None or decay is None:
+        scores, keys_in, q_read, k_write, block_decay = scores.tril_(), k, q, k, None
     else:
-        g = log_decay.cumsum(-1)
         scores = scores * decay
         growth = g.exp().unsqueeze(-1)
-        keys_in, q_read = (bc * growth) * k, q * growth
+        keys_in, q_read = growth * k, q * growth
         last = g[..., -1:]
         k_write = k * (last - g).exp().unsqueeze(-1)
         block_decay = last.exp().unsqueeze(-1)  # (n, B·H, 1, 1)
-    solved = _unit_lower_solve(lower, torch.cat([bc * v, keys_in], dim=-1), inverses)
+    solved = _unit_lower_solve(lower, torch.cat([v, keys_in], dim=-1) * bc, inverses)
     u_local, w = solved[..., :d_v], solved[..., d_v:]
     k_t = k_write.mT
     entering, pseudo = [], []
