@@ -458,3 +458,35 @@ def test_chunked_forms_equal_the_recurrences_at_moderate_length(decayed):
     want, parts = ref.decayed_ridge(q[0, 0], k[0, 0], v[0, 0], beta[0, 0], alpha[0, 0], lam)
     for out in ms:
         assert np.all(np.linalg.norm(out - want, axis=-1) <= 8 * ref.U64 * n * parts)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_ut_transform_solve_is_a_triangular_solve(kind):
+    """The delta rule's block solve ``(I + A)⁻¹ R`` (half-block inverses by block doubling, then
+    block forward substitution) against scipy's triangular solve, for ``A`` the strictly lower
+    part of ``diag(β) K Kᵀ`` of random, nearly collinear and rank-deficient keys, in float64:
+    within ``4 u C |T| |I + A| |X|`` elementwise (the forward error of a triangular solve)."""
+    from scipy.linalg import solve_triangular
+
+    from attnreg.sequence.chunked import _diagonal_inverses, _unit_lower_solve
+
+    c = 64
+    _, k, v = draw(kind, 31, t=c, d=D)
+    beta = np.random.default_rng(31).uniform(0.0, 1.5, c)
+    lower = np.tril(beta[:, None] * (k[0, 0] @ k[0, 0].T), -1)
+    rhs = np.hstack([beta[:, None] * v[0, 0], beta[:, None] * k[0, 0]])
+    a = torch.from_numpy(lower)[None]
+    inverses = _diagonal_inverses(a, c // 2)
+    got = _unit_lower_solve(a, torch.from_numpy(rhs)[None], inverses.flatten(1, 2))[0].numpy()
+    unit = np.eye(c) + lower
+    want = solve_triangular(unit, rhs, lower=True, unit_diagonal=True)
+    t_abs = np.abs(solve_triangular(unit, np.eye(c), lower=True, unit_diagonal=True))
+    bound = 4 * ref.U64 * c * (t_abs @ np.abs(unit) @ np.abs(want))
+    assert np.all(np.abs(got - want) <= bound)
+    for half in range(2):  # the half-block inverses, within u · C · |T| |L| |T|
+        block = slice(half * c // 2, (half + 1) * c // 2)
+        exact = solve_triangular(unit[block, block], np.eye(c // 2), lower=True, unit_diagonal=True)
+        err = np.abs(inverses[0, half].numpy() - exact)
+        assert np.all(
+            err <= 4 * ref.U64 * c * (np.abs(exact) @ np.abs(unit[block, block]) @ np.abs(exact))
+        )

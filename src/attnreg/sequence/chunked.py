@@ -141,7 +141,8 @@ def _linear_segment(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One segment (block-major ``(n, B·H, C, ·)``) from the entering state ``(B·H, d_k, d_v)``;
     returns its outputs and the state leaving it. Without decay the states entering the blocks
-    are an exclusive cumulative sum of the blocks' ``Kᵀ V`` (no loop)."""
+    are the exclusive prefix sums of the blocks' ``Kᵀ V``: one product with the strictly lower
+    triangle of ones (no loop)."""
     scores = q @ k.mT
     if log_decay is None:
         writes = k.mT @ v
@@ -226,6 +227,8 @@ def delta_chunked(
     two, ≥ 2). ``A``, the part of ``diag(β) K Kᵀ ⊙ L`` strictly below the diagonal, and the
     inverses of the diagonal half-blocks of ``I + A`` (:func:`_diagonal_inverses`) are formed for
     all blocks at once; the rest ``segment`` tokens at a time (:func:`_delta_segment`)."""
+    if chunk < 2 or chunk & (chunk - 1):
+        raise ValueError(f"chunk: must be a power of two ≥ 2, got {chunk}")
     kb = _blockwise(k, chunk).contiguous()  # (N, B·H, C, d_k), once for all segments
     bb = _blockwise(beta, chunk).unsqueeze(-1).contiguous()
     lower = bb * (kb @ kb.mT)
