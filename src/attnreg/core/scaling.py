@@ -5,8 +5,8 @@ becomes ridge with ``λ/a²``. A design of magnitude 1e±300 makes ``XᵀX`` ove
 so the regression layers divide each task's data by ``s = 2^e`` (``e`` the binary exponent of its
 largest magnitude) before they build their weights, and multiply the answer back. Division by a
 power of two is exact in binary floating point (IEEE 754) unless a value leaves the normal range,
-so data of ordinary magnitude (within ``2^±(maxexp/4)``: about 1e±77 in float64, 4e±9 in
-float32) is left as it is and the numbers do not change.
+so data of ordinary magnitude (within ``2^±(maxexp/4)``, :func:`ordinary_limit`: about 1e±77 in
+float64, 4e±9 in float32) is left as it is and the numbers do not change.
 
 The contract: the answer is that of the **given** problem (ridge with the given λ, not with λ
 scaled along with the data), computed without intermediate over- or underflow; where that
@@ -23,13 +23,37 @@ from dataclasses import dataclass
 import torch
 
 
+def ordinary_limit(dtype: torch.dtype, power: int = 1) -> int:
+    """The exponent ``L = ⌊maxexp / (4·power)⌋`` that bounds ordinary magnitudes in ``dtype``;
+    ``maxexp`` is the dtype's maximum exponent, its largest finite value lies just below
+    ``2^maxexp`` (1024 in float64, 128 in float32).
+
+    Why a quarter: the regression and memory kernels form products of up to four data-sized
+    factors (a Gram matrix ``XᵀX`` times data, the square of a Gram, ``|s|ⁿ⁻¹`` for a state
+    whose entries are squared through the patterns), so numbers within ``2^±L`` keep every
+    such product inside ``2^±maxexp``, the normal range. ``power`` shares the budget out for a
+    ``power``-th power: ``|x|^power`` of an ``x`` within ``2^±(L/power)`` stays within ``2^±L``.
+    This is the one threshold of the package's rescaling (:func:`power_of_two_scale` and the
+    memories' energies): about 1e±77 in float64 and 4e±9 in float32."""
+    maxexp = int(math.log2(torch.finfo(dtype).max)) + 1
+    return maxexp // (4 * power)
+
+
+def is_ordinary(maxima: torch.Tensor, limit: int) -> bool:
+    """Whether every entry of ``maxima`` (non-negative magnitudes) has a binary exponent ``e``
+    in ``[−limit, limit]`` (``x = m·2ᵉ``, ``m ∈ [0.5, 1)``, as :func:`torch.frexp`), i.e. lies in
+    ``[2^(−limit−1), 2^limit)``; a zero does not. Such data are used as given."""
+    low, high = torch.aminmax(maxima.detach())
+    return 2.0 ** (-limit - 1) <= float(low) and float(high) < 2.0**limit
+
+
 def power_of_two_scale(x: torch.Tensor) -> torch.Tensor:
     """Per task ``s = 2^e`` (shape ``(B, 1, 1)`` for ``x`` of shape ``(B, N, k)``) with
-    ``max |x / s|`` in ``[0.5, 1)`` when that maximum lies outside ``2^±(maxexp/4)``, else 1."""
+    ``max |x / s|`` in ``[0.5, 1)`` when that maximum's exponent lies outside
+    ``±``:func:`ordinary_limit`, else 1 (:func:`is_ordinary`)."""
     biggest = _largest(x)
-    limit = int(math.log2(torch.finfo(x.dtype).max)) // 4
-    low, high = torch.aminmax(biggest)
-    if float(high) < 2.0**limit and float(low) >= 2.0 ** (-limit):  # the usual case: all 1
+    limit = ordinary_limit(x.dtype)
+    if is_ordinary(biggest, limit):  # the usual case: all 1
         return torch.ones_like(biggest)
     _, exponent = torch.frexp(biggest)
     extreme = (biggest > 0) & ((exponent > limit) | (exponent < -limit))

@@ -20,14 +20,13 @@ only the ``d_k × d_v`` state is carried from block to block and from segment to
   Transformers with the Delta Rule over Sequence Length"): the pseudo-values
   ``u_t = β_t (v_t − α_t S_{t−1}ᵀ k_t)`` solve the unit lower-triangular system
   ``(I + A) U = diag(β) V − diag(β e^G) K S_0``, ``A_{ti} = β_t L_{ti} k_tᵀ k_i`` (``i < t``),
-  so ``U = Ũ − W S_0`` with ``Ũ = (I + A)⁻¹ diag(β) V`` and ``W = (I + A)⁻¹ diag(β e^G) K`` from one
-  triangular solve per block.
+  so ``U = Ũ − W S_0`` with ``Ũ = (I + A)⁻¹ diag(β) V`` and ``W = (I + A)⁻¹ diag(β e^G) K``: block
+  forward substitution on the two halves of each block, with the inverses of the diagonal
+  half-blocks from :func:`lower_inverse` (batched products, all blocks at once).
 * **Longhorn's diagonal approximation**: linear attention with one decay per key coordinate,
   ``a_t = 1 − ε_t k_t ⊙ k_t``; the intra-block scores carry ``e^{G_{tj} − G_{ij}}`` per coordinate.
-* **Mesa** (von Oswald et al. 2025, MesaNet): ``H^{kk}_t = e^{G_t} H^{kk}_0 + Σ_{i≤t} L_{ti} β_i
-  k_i k_iᵀ`` is formed for every position of a group of blocks and ``(H^{kk}_t + Λ) x_t = q_t`` is
-  solved exactly (batched LU with partial pivoting, one factorisation per position); then
-  ``o_t = e^{G_t} H^{kv}_0ᵀ x_t + Σ_{i≤t} L_{ti} β_i (k_iᵀ x_t) v_i``.
+
+Mesa's chunked form is in :mod:`attnreg.sequence.mesa_blocked`.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from torch.nn.functional import pad
 
 CHUNK = 64
 SEGMENT = 512
-MESA_GROUP_BYTES = 64 * 2**20
+BASE = 8  # lower_inverse solves triangular systems at this size
 
 
 def blocks(x: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -55,18 +54,6 @@ def blocks(x: torch.Tensor, chunk: int) -> torch.Tensor:
 def unblock(x: torch.Tensor, t_len: int) -> torch.Tensor:
     """``(B, H, N, C, d) -> (B, H, T, d)``, dropping the padding."""
     return x.reshape(*x.shape[:2], -1, x.shape[-1])[:, :, :t_len]
-
-
-def _log_decays(
-    log_decay: torch.Tensor | None, like: torch.Tensor, chunk: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``G`` (``(B, H, N, C)``, cumulative log-decay from each block's start) and the decay
-    matrix ``L`` (``(B, H, N, C, C)``: ``e^{G_t − G_i}`` for ``i ≤ t``, 0 above)."""
-    b, h, t_len = like.shape[:3]
-    if log_decay is None:
-        log_decay = like.new_zeros(b, h, t_len)
-    g = blocks(log_decay, chunk).cumsum(-1)
-    return g, _decay_matrix(g)
 
 
 def _decay_matrix(g: torch.Tensor) -> torch.Tensor:
@@ -223,12 +210,12 @@ def delta_chunked(
     segment: int = SEGMENT,
 ) -> torch.Tensor:
     """The (gated) delta rule ``S_t = α_t S_{t−1} + k_t (β_t (v_t − α_t S_{t−1}ᵀ k_t))ᵀ``,
-    ``o_t = S_tᵀ q_t``, by the WY / UT transform in blocks of ``chunk`` tokens (a power of
-    two, ≥ 2). ``A``, the part of ``diag(β) K Kᵀ ⊙ L`` strictly below the diagonal, and the
-    inverses of the diagonal half-blocks of ``I + A`` (:func:`_diagonal_inverses`) are formed for
-    all blocks at once; the rest ``segment`` tokens at a time (:func:`_delta_segment`)."""
-    if chunk < 2 or chunk & (chunk - 1):
-        raise ValueError(f"chunk: must be a power of two ≥ 2, got {chunk}")
+    ``o_t = S_tᵀ q_t``, by the WY / UT transform in blocks of ``chunk`` tokens (even). ``A``, the
+    part of ``diag(β) K Kᵀ ⊙ L`` strictly below the diagonal, and the inverses of the two
+    diagonal half-blocks of ``I + A`` (:func:`lower_inverse`) are formed for all blocks at once;
+    the rest ``segment`` tokens at a time (:func:`_delta_segment`)."""
+    if chunk < 2 or chunk % 2:
+        raise ValueError(f"chunk: must be even, got {chunk}")
     kb = _blockwise(k, chunk).contiguous()  # (N, B·H, C, d_k), once for all segments
     bb = _blockwise(beta, chunk).unsqueeze(-1).contiguous()
     lower = bb * (kb @ kb.mT)
@@ -238,7 +225,10 @@ def delta_chunked(
         decay = _decay_matrix(g)
         lower = lower * decay
     lower = lower.tril_(-1)
-    inverses = _diagonal_inverses(lower.flatten(0, 1), chunk // 2).view(*lower.shape[:3], -1)
+    half = chunk // 2
+    eye = torch.eye(half, dtype=lower.dtype, device=lower.device)
+    halves = torch.stack([lower[..., :half, :half] + eye, lower[..., half:, half:] + eye], -3)
+    inverses = lower_inverse(halves).flatten(-3, -2)  # (N, B·H, C, C/2): T₁ on T₂
     state = q.new_zeros(q.shape[0] * q.shape[1], q.shape[-1], v.shape[-1])
     parts = [_blockwise(q, chunk), kb, _blockwise(v, chunk), bb, g, lower, inverses, decay]
     return _by_segments(_delta_segment, parts, state, q, segment)
@@ -296,8 +286,7 @@ def _unit_lower_solve(
     """``(I + A)⁻¹ R`` for strictly lower triangular ``A`` (``lower``, ``(…, C, C)``, ``C`` even)
     and ``R`` (``(…, C, r)``) by block forward substitution on the two halves,
     ``X₁ = T₁ R₁``, ``X₂ = T₂ (R₂ − A₂₁ X₁)``, given the inverses ``T_i`` of the diagonal
-    half-blocks of ``I + A`` (``inverses``, ``(…, C, C/2)``: ``T₁`` stacked on ``T₂``, as
-    :func:`_diagonal_inverses` returns them)."""
+    half-blocks of ``I + A`` (``inverses``, ``(…, C, C/2)``: ``T₁`` stacked on ``T₂``)."""
     *batch, c, _ = lower.shape
     h = c // 2
     a = lower.reshape(-1, c, c)
@@ -308,73 +297,20 @@ def _unit_lower_solve(
     return torch.cat([x1, x2], dim=-2).view(*batch, c, -1)
 
 
-def _diagonal_inverses(a: torch.Tensor, size: int) -> torch.Tensor:
-    """The inverses of the ``size × size`` diagonal blocks of ``I + A`` (``a (n, C, C)`` strictly
-    lower, ``size`` a power of two dividing ``C``), ``(n, C / size, size, size)``, by block
-    doubling: the inverse of ``[[L₁, 0], [A₂₁, L₂]]`` is ``[[T₁, 0], [−T₂ A₂₁ T₁, T₂]]`` with
-    ``T_i = L_i⁻¹``, from the 1 × 1 blocks up, each level for all blocks at once (the recursive
-    triangular inversion of LAPACK's ``trtri``)."""
-    n, c, _ = a.shape
-    if c % size or size & (size - 1):
-        raise ValueError(f"size: must be a power of two dividing {c}, got {size}")
-    inv = a.new_ones(n, c, 1, 1)
-    b = 1
-    while b < size:
-        m = c // (2 * b)
-        pairs = a.view(n, m, 2 * b, m, 2 * b).diagonal(dim1=1, dim2=3)  # (n, 2b, 2b, m)
-        a21 = pairs[:, b:, :b].permute(0, 3, 1, 2)
-        t1, t2 = inv[:, 0::2], inv[:, 1::2]
-        top = torch.cat([t1, torch.zeros_like(t1)], dim=-1)
-        bottom = torch.cat([-(t2 @ a21 @ t1), t2], dim=-1)
-        inv = torch.cat([top, bottom], dim=-2)
-        b *= 2
-    return inv
-
-
-def mesa_chunked(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    beta: torch.Tensor,
-    log_decay: torch.Tensor | None,
-    lam: torch.Tensor,
-    chunk: int = CHUNK,
-) -> torch.Tensor:
-    """``o_t = H^{kv}_tᵀ (H^{kk}_t + diag(λ))⁻¹ q_t`` with the decayed, β-weighted second moments
-    ``H^{kk}_t``, ``H^{kv}_t`` (``lam (H, d_k)``), an exact solve per position, in blocks of
-    ``chunk`` tokens and groups of blocks of about ``MESA_GROUP_BYTES``. Within a group,
-    ``H^{kk}_t = α_t H^{kk}_{t−1} + β_t k_t k_tᵀ`` is stepped through the ``chunk`` positions of all
-    its blocks at once (each block starting from its carried ``H^{kk}_0``)."""
-    (b, h, t_len), d_k = q.shape[:3], q.shape[-1]
-    qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
-    bc = blocks(beta, chunk)
-    g, decay = _log_decays(log_decay, q, chunk)
-    alpha = None if log_decay is None else blocks(log_decay, chunk).exp()
-    last = g[..., -1:]
-    k_weighted = kc * (bc * (last - g).exp()).unsqueeze(-1)
-    block_decay = last.squeeze(-1).exp()
-    zero_kk = q.new_zeros(b, h, d_k, d_k)
-    kk0 = _carry(k_weighted.mT @ kc, block_decay, zero_kk)[0]  # (B, H, N, d_k, d_k) per block
-    kv0 = _carry(k_weighted.mT @ vc, block_decay, q.new_zeros(b, h, d_k, v.shape[-1]))[0]
-    mix = decay * bc.unsqueeze(-2)  # L_{ti} β_i
-    reg = lam[:, None, None]  # (H, 1, 1, d_k) against the diagonals (B, H, n, C, d_k)
-    n_blocks = qc.shape[2]
-    per_block = b * h * chunk * d_k * d_k * q.element_size() * 3
-    step = max(1, MESA_GROUP_BYTES // per_block)
-    kb = bc.unsqueeze(-1) * kc
-    outs = []
-    for start in range(0, n_blocks, step):
-        part = slice(start, start + step)
-        kk = kk0[:, :, part]
-        moments = []
-        for c in range(chunk):
-            if alpha is not None:
-                kk = alpha[:, :, part, c, None, None] * kk
-            kk = kk + kb[:, :, part, c, :, None] * kc[:, :, part, c, None, :]
-            moments.append(kk)
-        system = torch.stack(moments, dim=3)  # (B, H, n, C, d_k, d_k)
-        system.diagonal(dim1=-2, dim2=-1).add_(reg)
-        x = torch.linalg.solve(system, qc[:, :, part].unsqueeze(-1)).squeeze(-1)
-        inter = (x * g[:, :, part].exp().unsqueeze(-1)) @ kv0[:, :, part]
-        outs.append(inter + ((x @ kc[:, :, part].mT) * mix[:, :, part]) @ vc[:, :, part])
-    return unblock(torch.cat(outs, dim=2), t_len)
+def lower_inverse(low: torch.Tensor) -> torch.Tensor:
+    """``L⁻¹`` of lower triangular ``low (…, s, s)`` with a non-zero diagonal, by halves:
+    ``[[A, 0], [B, C]]⁻¹ = [[A⁻¹, 0], [−C⁻¹ B A⁻¹, C⁻¹]]`` (equal halves inverted together), down
+    to ``BASE`` rows, inverted by triangular solves: most of the work is batched matrix products,
+    which are faster than one triangular solve per ``s × s`` matrix."""
+    size = low.shape[-1]
+    if size <= BASE:
+        eye = torch.eye(size, dtype=low.dtype, device=low.device).expand_as(low)
+        return torch.linalg.solve_triangular(low, eye, upper=False)
+    half = size // 2
+    if size % 2:
+        first, second = lower_inverse(low[..., :half, :half]), lower_inverse(low[..., half:, half:])
+    else:
+        first, second = lower_inverse(torch.stack([low[..., :half, :half], low[..., half:, half:]]))
+    corner = -(second @ (low[..., half:, :half] @ first))
+    top = torch.cat([first, first.new_zeros(*first.shape[:-1], size - half)], dim=-1)
+    return torch.cat([top, torch.cat([corner, second], dim=-1)], dim=-2)
