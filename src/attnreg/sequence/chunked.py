@@ -60,7 +60,7 @@ def _decay_matrix(g: torch.Tensor) -> torch.Tensor:
     """``L_{ti} = e^{G_t − G_i}`` for ``i ≤ t``, 0 above (``g (…, C)`` -> ``(…, C, C)``)."""
     chunk = g.shape[-1]
     causal = torch.ones(chunk, chunk, dtype=torch.bool, device=g.device).tril()
-    return (g[..., :, None] - g[..., None, :]).masked_fill(~causal, -torch.inf).exp()
+    return (g[..., :, None] - g[..., None, :]).masked_fill_(~causal, -torch.inf).exp()
 
 
 def _blockwise(x: torch.Tensor, chunk: int) -> torch.Tensor:
