@@ -35,10 +35,10 @@ Once the past keys dominate the block's, ``μ → 1`` and every block is blocked
 so the base ``S + Λ / a_t`` changes at every token and the capacitances of different positions
 are different matrices, not nested leading blocks of one. No factorisation is shared between
 positions (even a scalar λ, which diagonalises the base once, leaves a ``min(t, d)``-sized
-factorisation per token), so each position's ``H^{kk}_t + Λ`` is formed (one decay-weighted
-matrix product per block) and solved by LU with partial pivoting (batched; faster than
-PyTorch's batched Cholesky solve at these sizes), a group of blocks of about ``GROUP_BYTES`` at
-a time.
+factorisation per token), so each position's ``H^{kk}_t + Λ`` is formed (the recursion stepped
+through the block's positions, all blocks of a group at once) and solved by LU with partial
+pivoting (batched; as fast as PyTorch's batched Cholesky solve at these sizes), a group of
+blocks of about ``GROUP_BYTES`` at a time.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def mesa_woodbury(
             q_b, z_b, w_b, s_b = (x[bad] for x in args)
             ones = torch.ones(chunk, chunk, dtype=q.dtype, device=q.device).tril()
             kk_b, kv_b = s_b[..., :d_k], s_b[..., d_k:]
-            out[bad] = _positions(q_b, z_b, w_b, ones, ones[-1], kk_b, kv_b, reg)
+            out[bad] = _positions(q_b, z_b, z_b, w_b, ones[-1], ones, ones[-1], (kk_b, kv_b), reg)
         outs.append(out)
     return unblock(torch.cat(outs, dim=2), t_len)
 
@@ -179,14 +179,16 @@ def mesa_per_position(
     per_block = b * h * chunk * d_k * d_k * q.element_size() * 3
     step = _group(per_block, n_blocks)
     reg = lam[:, None, None].expand(b, h, n_blocks, 1, d_k)
+    alpha = blocks(lg, chunk).exp()
     outs = []
     for start in range(0, n_blocks, step):
         part = slice(start, start + step)
-        q_p, k_p, v_p, mix_p, g_p = (x[:, :, part] for x in (qc, kc, vc, mix, g))
+        q_p, k_p, v_p, mix_p, g_p, a_p, b_p = (
+            x[:, :, part] for x in (qc, kc, vc, mix, g, alpha, bc)
+        )
+        kb_p, entering = k_p * b_p.unsqueeze(-1), (kk0[:, :, part], kv0[:, :, part])
         outs.append(
-            _positions(
-                q_p, k_p, v_p, mix_p, g_p.exp(), kk0[:, :, part], kv0[:, :, part], reg[:, :, part]
-            )
+            _positions(q_p, k_p, kb_p, v_p, a_p, mix_p, g_p.exp(), entering, reg[:, :, part])
         )
     return unblock(torch.cat(outs, dim=2), t_len)
 
@@ -194,25 +196,30 @@ def mesa_per_position(
 def _positions(
     q: torch.Tensor,
     k: torch.Tensor,
+    kb: torch.Tensor,
     v: torch.Tensor,
+    alpha: torch.Tensor,
     mix: torch.Tensor,
     decay: torch.Tensor,
-    kk0: torch.Tensor,
-    kv0: torch.Tensor,
+    entering: tuple[torch.Tensor, torch.Tensor],
     reg: torch.Tensor,
 ) -> torch.Tensor:
-    """One LU solve per position for blocks ``(…, C, ·)`` entered with ``kk0``, ``kv0``
-    (``(…, d_k, ·)``): ``H_t + Λ = Σ_i mix_{ti} k_i k_iᵀ + decay_t kk0 + Λ``, one matrix product
-    of ``[mix | decay | 1]`` with the rows ``vec(k_i k_iᵀ)``, ``vec(kk0)``, ``vec(Λ)`` (``reg`` = λ
-    ``(…, 1, d_k)``); ``x_t = (H_t + Λ)⁻¹ q_t`` and
-    ``o_t = decay_t kv0ᵀ x_t + Σ_i mix_{ti} (k_iᵀ x_t) v_i``."""
-    d_k = k.shape[-1]
-    outer = k.unsqueeze(-1) * k.unsqueeze(-2)  # (…, C, d_k, d_k)
-    ridge = torch.diag_embed(reg.squeeze(-2)).expand_as(kk0)
-    rows = torch.cat([outer, kk0.unsqueeze(-3), ridge.unsqueeze(-3)], dim=-3)
-    coef = torch.cat([mix, decay.unsqueeze(-1), torch.ones_like(decay).unsqueeze(-1)], -1)
-    system = (coef @ rows.flatten(-2)).unflatten(-1, (d_k, d_k))
-    x = torch.linalg.solve(system, q)
+    """One LU solve per position for blocks ``(…, C, ·)`` entered with ``kk0, kv0 = entering``
+    (``(…, d_k, ·)``): ``H_t = α_t H_{t−1} + (β_t k_t) k_tᵀ`` from ``kk0`` (``kb = β k``) is
+    stepped through the ``C`` positions of every block at once (``d_k²`` multiply-adds per
+    position, against ``C d_k²`` for one product of the mixing matrix with every ``k_i k_iᵀ``);
+    ``x_t = (H_t + Λ)⁻¹ q_t`` (``reg`` = λ ``(…, 1, d_k)``) and
+    ``o_t = decay_t kv0ᵀ x_t + Σ_i mix_{ti} (k_iᵀ x_t) v_i`` (``mix_{ti} = (a_t / a_i) β_i``,
+    ``decay_t = a_t``, ``a`` the decay accumulated over the block)."""
+    kk0, kv0 = entering
+    ridge = torch.diag_embed(reg.squeeze(-2))
+    state, systems = kk0, []
+    for c in range(k.shape[-2]):
+        state = torch.addcmul(
+            alpha[..., c, None, None] * state, kb[..., c, :, None], k[..., c, None, :]
+        )
+        systems.append(state + ridge)
+    x = torch.linalg.solve(torch.stack(systems, dim=-3), q)
     return (x * decay.unsqueeze(-1)) @ kv0 + ((x @ k.mT) * mix) @ v
 
 
