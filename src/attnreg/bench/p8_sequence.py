@@ -18,7 +18,7 @@ positions and it solves one system per position (:mod:`attnreg.sequence.mesa_blo
 ``S + k_t u_tᵀ`` (``d_k d_v``) and the read-out ``Sᵀ q_t`` (``d_k d_v``): ``6 d_k d_v`` flops, so
 ``6 · B · H · T · d_k · d_v`` in all (0.81 GFLOP at the full size). It is the minimal count of
 the layer's definition; the chunked WY form does more (its intra-block products and the
-triangular solves), which is not counted.
+block triangular solves of the UT transform), which is not counted.
 
 Without ``fla-core`` the attnreg side is timed alone, the row says so and the comparisons
 (``None``) fail.

@@ -45,11 +45,10 @@ from __future__ import annotations
 
 import torch
 
-from attnreg.sequence.chunked import blocks, unblock
+from attnreg.sequence.chunked import blocks, lower_inverse, unblock
 
 CHUNK = 64
 GROUP_BYTES = 64 * 2**20  # temporaries per group of blocks
-BASE = 8  # lower_inverse solves triangular systems at this size
 MAX_GROWTH = 64.0  # above it, a block's Woodbury error may exceed a direct solve's too much
 
 
@@ -150,25 +149,6 @@ def _woodbury_blocks(
     read = both @ (inv_a @ states[..., d_k:])  # [Z; Q] A⁻¹ P
     bad = (info_a != 0) | (info_c != 0) | ~(growth <= MAX_GROWTH)
     return read[..., chunk:, :] + y.mT @ (w - read[..., :chunk, :]), bad
-
-
-def lower_inverse(low: torch.Tensor) -> torch.Tensor:
-    """``L⁻¹`` of lower triangular ``low (…, s, s)`` with a non-zero diagonal, by halves:
-    ``[[A, 0], [B, C]]⁻¹ = [[A⁻¹, 0], [−C⁻¹ B A⁻¹, C⁻¹]]`` (equal halves inverted together), down
-    to ``BASE`` rows, inverted by triangular solves: most of the work is batched matrix products,
-    which are faster than one triangular solve per ``s × s`` matrix."""
-    size = low.shape[-1]
-    if size <= BASE:
-        eye = torch.eye(size, dtype=low.dtype, device=low.device).expand_as(low)
-        return torch.linalg.solve_triangular(low, eye, upper=False)
-    half = size // 2
-    if size % 2:
-        first, second = lower_inverse(low[..., :half, :half]), lower_inverse(low[..., half:, half:])
-    else:
-        first, second = lower_inverse(torch.stack([low[..., :half, :half], low[..., half:, half:]]))
-    corner = -(second @ (low[..., half:, :half] @ first))
-    top = torch.cat([first, first.new_zeros(*first.shape[:-1], size - half)], dim=-1)
-    return torch.cat([top, torch.cat([corner, second], dim=-1)], dim=-2)
 
 
 def mesa_per_position(
