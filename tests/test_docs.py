@@ -332,6 +332,20 @@ def test_benchmarks_page_shows_the_committed_results(site: Path) -> None:
     assert doc["run"]["date"][:10] in section
 
 
+def test_no_page_shows_a_warning_from_the_library(site: Path) -> None:
+    """A published page never shows a Python warning raised in attnreg's sources
+    (``…/attnreg/<module>.py:<line>: SomethingWarning: …``): a study that runs an ill-conditioned
+    or rank-deficient case by design says so in its own words and filters the warning."""
+    leaked = re.compile(r"attnreg/[\w/]+\.py:\d+: \w*Warning")
+    offenders = {}
+    for path in sorted(site.rglob("*.html")):
+        text = html.unescape(re.sub(r"<[^>]+>", "", path.read_text(encoding="utf-8")))
+        hits = leaked.findall(text)
+        if hits:
+            offenders[str(path.relative_to(site))] = hits[:3]
+    assert not offenders, offenders
+
+
 def test_built_pages_reference_no_remote_script_style_or_font(site: Path) -> None:
     """No page asks the browser to fetch a script, style sheet, font or image from outside."""
     fetched = re.compile(
