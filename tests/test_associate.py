@@ -257,3 +257,59 @@ def test_kept_cores_still_check_their_arguments():
     with pytest.raises(ValueError, match="beta"):
         associate(q, q, q, beta=-1.0)
     assert torch.equal(associate(q, q, q, beta=np.array(2.0)), associate(q, q, q, beta=2.0))
+
+
+@pytest.mark.parametrize("similarity", ["dot", "euclidean"])
+@pytest.mark.parametrize("separation", ["identity", "power", "softmax"])
+def test_an_offset_shifts_each_querys_scores_before_separation(similarity, separation):
+    """``sep(β · sim + c_q)`` against the loop, streamed over many key blocks and on the
+    explicit path, within the core's bounds with ``R`` from absolute values (the scores'
+    ``A = |β| |q||k|ᵀ + |c|`` for dot, ``|β| ‖q − k‖ + |c|`` for the distance)."""
+    rng = np.random.default_rng(11)
+    q, k = rng.standard_normal((5, 3)), rng.standard_normal((23, 3))
+    v, c, beta, p = rng.standard_normal((23, 2)), rng.uniform(4, 6, 5), 0.7, 3
+    if similarity == "dot":
+        sims, absolute = q @ k.T, np.abs(q) @ np.abs(k).T
+    else:
+        sims = -np.linalg.norm(q[:, None] - k[None], axis=-1)
+        absolute = -sims
+    s = beta * sims + c[:, None]
+    a = beta * absolute + c[:, None]
+    gamma = (2 * 3 + 23 + 2) * 2.0**-53 / (1 - (2 * 3 + 23 + 2) * 2.0**-53)
+    if separation == "identity":
+        ref, bound = s @ v, 2 * gamma * a @ np.abs(v)
+    elif separation == "power":
+        w = s**p
+        mass = w.sum(1, keepdims=True)
+        ref = w @ v / mass
+        condition = 1 + np.abs(w).sum(1, keepdims=True) / np.abs(mass)
+        bound = 2 * p * gamma * ((a * s ** (p - 1)) @ np.abs(v)) / np.abs(mass) * condition
+    else:
+        w = np.exp(s - s.max(1, keepdims=True))
+        w = w / w.sum(1, keepdims=True)
+        ref = w @ v
+        bound = 2 * (gamma + 2 * gamma * a.max(1, keepdims=True)) * (w @ np.abs(v))
+    kwargs = {
+        "similarity": similarity,
+        "separation": separation,
+        "beta": beta,
+        "power": p,
+        "normalize": separation == "power",
+        "offset": c,
+    }
+    outs = [associate(q, k, v, memory_budget=budget, **kwargs) for budget in (256, 2**20)]
+    outs.append(associate(q, k, v, return_weights=True, **kwargs)[0])  # the explicit path
+    for out in outs:
+        assert np.all(np.abs(out.numpy() - ref) <= bound), np.abs(out.numpy() - ref) / bound
+
+
+def test_an_offset_needs_one_shift_per_query_and_the_streamed_or_explicit_path():
+    from attnreg.core import Attention
+
+    q, k = np.ones((4, 3)), np.ones((6, 3))
+    with pytest.raises(ValueError, match=r"offset: one shift per query, shape \(4,\)"):
+        associate(q, k, k, offset=np.ones(3))
+    core = Attention("dot", "identity")
+    t = torch.ones(1, 4, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="no offset"):
+        core(t, t, t, offset=torch.ones(1, 4, 1, dtype=torch.float64), path="linear")

@@ -184,3 +184,44 @@ def test_digits_recall_max_separation_on_clean_halves_matches_brute_force():
     assert recall == pytest.approx(
         np.mean([np.array_equal(x[i], x[j]) for j, i in enumerate(nearest)])
     )
+
+
+def test_power_degree_rows_are_the_recall_of_the_weights_written_out():
+    """The degree sweep's recall against the normalised weights (c − ‖q − k‖)ⁿ computed here
+    in log space (degree 60: the binomial expansion it replaced was wrong there), and the
+    summary table and claim built from those rows."""
+    from attnreg.studies.capacity.claims import capacity_claims
+    from attnreg.studies.capacity.run import _power_degrees
+    from attnreg.studies.capacity.summary import summarize_power_degrees
+
+    cfg = CapacityConfig(digits_n=[40], digits_power_degrees=[2, 60])
+    images = fam.load_digits_images("cpu")
+    rows: list[dict] = []
+    _power_degrees(cfg, images, rows, lambda label: None)
+    assert len(rows) == 2 * 4 * 2
+    for r in (r for r in rows if r["similarity"] == "euclidean"):
+        gen = fam.cell_generator(cfg.seed, f"digits:{r['query']}", 64, 40)
+        stored = images[torch.randperm(images.shape[0], generator=gen)[:40]]
+        q = fam.mask_half(stored) if r["query"] == "mask" else fam.add_noise(stored, 0.3, gen)
+        x, qs = stored.numpy(), q.numpy()
+        hits = []
+        for i, qa in enumerate(qs):
+            dist = np.linalg.norm(x - qa, axis=1)
+            t = np.linalg.norm(qa) + np.linalg.norm(x, axis=1).max() - dist
+            log_w = r["power"] * np.log(t)
+            w = np.exp(log_w - log_w.max())
+            out = w @ x / w.sum()
+            hits.append(np.sum((out - x[i]) ** 2) / np.sum(x[i] ** 2) <= cfg.digits_tolerance)
+        assert r["recall"] == np.mean(hits), r
+    table = summarize_power_degrees(rows)["digits: the power separation against its degree"]
+    assert [row[2:] for row in table["rows"]] == [
+        [r["recall"] for r in rows if (r["query"], r["similarity"]) == (row[0], row[1])]
+        for row in table["rows"]
+    ]
+    claim = next(c for c in capacity_claims(rows, cfg) if "degree" in c.words)
+    grows = [
+        next(r["recall"] for r in rows if (r["query"], r["similarity"], r["power"]) == (*key, 60))
+        > next(r["recall"] for r in rows if (r["query"], r["similarity"], r["power"]) == (*key, 2))
+        for key in {(r["query"], r["similarity"]) for r in rows}
+    ]
+    assert claim.values == {"": sum(grows) / len(grows)}

@@ -399,3 +399,51 @@ def test_gd_and_preconditioned_states_are_the_weight_iteration(n, d, dy, kappa):
             d_ctx = d_ctx + f_ctx
             d_w = d_w + cond_g * f_w
             w = w_next
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "dy", "kappa"), [(20, 4, 2, 1e2), (3, 6, 1, 1e4), (6, 6, 1, 10.0)]
+)
+def test_gd_plus_plus_states_are_the_token_iteration_from_the_start(n, d, dy, kappa):
+    """GD++ from the embedding, every state against the token loop written here:
+    ``x_j ← x_j − γ Σ_i x_i x_iᵀ x_j``, ``y_j ← y_j − (η/N) Σ_i y_i x_iᵀ x_j`` (query y from 0).
+    Both runs make the one-layer error above per layer (``2γ_n R + 2u|t'|`` each), and a layer
+    ``T ↦ T + T KQᵀ E_cᵀE_c PVᵀ / N`` amplifies an earlier error by at most
+    ``1 + ‖KQ‖‖PV‖(‖E_c‖² + 2‖T‖‖E_c‖)/N`` (its derivative), so the bound is the recursion
+    ``B_{l+1} = L_l B_l + 2 F_l``."""
+    x, y, q = design(n, d, kappa, 14, dy)
+    x = x * math.sqrt(n)
+    etas = [0.3, 0.2, 0.4, 0.1, 0.25, 0.35]
+    gammas = [g / n for g in (0.1, 0.05, 0.2, 0.1, 0.15, 0.05)]
+    stack = LSAStack.gd_plus_plus(d, dy, n, etas, gammas, len(etas))
+    states = [s[0].numpy() for s in stack.states(x, y, q)]
+    assert len(states) == len(etas) + 1
+    g = gamma(n + 4 * (d + dy) + 2)
+    xs, ys, qx, qy = x.copy(), y.copy(), q.copy(), np.zeros((len(q), dy))
+    bound = 0.0
+    for layer, (eta, gam) in enumerate(zip(etas, gammas, strict=True)):
+        want = np.vstack([np.hstack([xs, ys]), np.hstack([qx, qy])])
+        assert np.abs(states[layer] - want).max() <= bound, layer
+        s_sum = sum(np.outer(xs[i], xs[i]) for i in range(n))
+        c_sum = sum(np.outer(ys[i], xs[i]) for i in range(n))
+        new = (
+            np.array([xj - gam * s_sum @ xj for xj in xs]),
+            np.array([yj - (eta / n) * c_sum @ xj for xj, yj in zip(xs, ys, strict=True)]),
+            np.array([xj - gam * s_sum @ xj for xj in qx]),
+            np.array([yj - (eta / n) * c_sum @ xj for xj, yj in zip(qx, qy, strict=True)]),
+        )
+        kq, pv = stack.key_query(layer)[0].numpy(), stack.value_projection(layer)[0].numpy()
+        ctx = want[:n]
+        lip = (
+            1
+            + np.linalg.norm(kq, 2)
+            * np.linalg.norm(pv, 2)
+            * (np.linalg.norm(ctx, 2) ** 2 + 2 * np.linalg.norm(want, 2) * np.linalg.norm(ctx, 2))
+            / n
+        )
+        after = np.vstack([np.hstack(new[:2]), np.hstack(new[2:])])
+        local = 2 * g * np.linalg.norm(lsa_layer(want, n, kq, pv, absolute=True))
+        bound = lip * bound + 2 * (local + 2 * U64 * np.linalg.norm(after))
+        xs, ys, qx, qy = new
+    want = np.vstack([np.hstack([xs, ys]), np.hstack([qx, qy])])
+    assert np.abs(states[-1] - want).max() <= bound, bound

@@ -96,34 +96,106 @@ def test_slopes_are_numpy_polyfit_of_the_rows(tiny):
     assert fitted >= 4
 
 
-def test_summary_numbers_are_the_rows(tiny):
+def _table(summary, key):
+    table = summary[key]
+    return [dict(zip(table["columns"], row, strict=True)) for row in table["rows"]]
+
+
+def test_summary_tables_are_the_rows(tiny):
     atlas = [r for r in tiny.rows if r["kind"] == "atlas"]
     eps = 1e-2  # the summary shows sorted(eps)[len(eps) // 2]: the larger of two
-    for n in TINY["atlas_n_ctx"]:
-        text = tiny.summary[f"atlas N = {n}"]
-        for method in ("gd", "gd++", "preconditioned", "newton"):
-            mine = [r for r in atlas if (r["method"], r["n_ctx"], r["eps"]) == (method, n, eps)]
-            assert f"{method} " + " / ".join(g4(r["layers_needed"]) for r in mine) in text
-    slope = next(
-        r for r in tiny.rows if r["kind"] == "slope" and r["method"] == "newton" and r["eps"] == eps
-    )
-    assert (
-        f"N = {slope['n_ctx']}: {g4(slope['slope'])}"
-        in tiny.summary[f"slope newton (layers per log₁₀ κ̂, ε = {eps:g})"]
-    )
+    table = _table(tiny.summary, "atlas: layers to reach OLS")
+    assert len(table) == 2 * 4
+    for row in table:
+        mine = [
+            r
+            for r in atlas
+            if (r["method"], r["n_ctx"], r["eps"]) == (row["method"], row["N"], eps)
+        ]
+        want = [f"{g4(r['layers_needed'])} ({g4(r['theory_layers'])})" for r in mine]
+        assert [row[f"κ = {k:.4g}"] for k in TINY["kappas"]] == want
+    slopes = {
+        (r["method"], r["n_ctx"]): r for r in tiny.rows if r["kind"] == "slope" and r["eps"] == eps
+    }
+    for row in _table(tiny.summary, "atlas: fitted slopes against the theory"):
+        slope = slopes[(row["method"], row["N"])]["slope"]
+        assert row["fitted slope"] == (g4(slope) if slope is not None else "none")
     mixed = {
         r["estimator"]: r for r in tiny.rows if r["kind"] == "mixed_noise" and r["bin"] == "all"
     }
-    text = tiny.summary["mixed noise σ ~ U(0, σ_max) (Vladymyrov et al. 2024)"]
-    assert f"{g4(mixed['trained']['error'])} vs {g4(mixed['tuned_ridge']['error'])}" in text
+    key = "noise: σ ~ U(0, σ_max) per task (Vladymyrov et al. 2024)"
+    total = next(row for row in _table(tiny.summary, key) if row["σ bin"] == "all")
+    assert total["trained"] == g4(mixed["trained"]["error"])
+    assert total["ridge tuned per σ"] == g4(mixed["tuned_ridge"]["error"])
     ratio = mixed["trained"]["error"] / mixed["tuned_ridge"]["error"]
-    assert f"(ratio {ratio:.3f})" in text
-    trained = [r for r in tiny.rows if r["kind"] == "trained" and r["layers"] == 2]
-    text = tiny.summary[
-        "which iterate each layer of the 2-layer stack matches (relative distance), κ = 10, N = 6"
+    lead = tiny.summary[key]["lead"]
+    opening = "agrees with" if ratio <= 1.05 else "contradicts"
+    assert lead.startswith(f"The measurement {opening} the source"), lead
+    trained = {
+        (r["layer"], r["method"]): r
+        for r in tiny.rows
+        if r["kind"] == "trained" and r["layers"] == 2
+    }
+    for row in _table(tiny.summary, "trained layers: the nearest iterate of each method"):
+        for method in ("gd", "preconditioned", "newton"):
+            r = trained[(row["ℓ"], method)]
+            assert row[f"{method}: k (distance)"] == f"{r['best_match']} ({g4(r['match_error'])})"
+
+
+def test_claims_are_computed_from_the_rows(tiny):
+    """Each claim's numbers recomputed here from the rows, and its verdict from them."""
+    claims = {c.words.split(" (")[0]: c for c in tiny.claims}
+    newton = next(c for w, c in claims.items() if w.startswith("Newton–Schulz"))
+    slopes = [
+        r
+        for r in tiny.rows
+        if r["kind"] == "slope" and r["method"] == "newton" and r["eps"] == 1e-2
     ]
-    for r in trained:
-        assert f"ℓ{r['layer']}→{r['best_match']} ({g4(r['match_error'])})" in text
+    want = {
+        f"N = {r['n_ctx']}": abs(math.log2(r["slope"] / r["theory_slope"]))
+        for r in slopes
+        if r["slope"] is not None
+    }
+    assert newton.values == pytest.approx(want, rel=1e-12)
+    ok = [v <= 1 for v in want.values()]
+    expected = "holds" if all(ok) else "does not hold" if not any(ok) else "holds with a condition"
+    assert newton.verdict() == expected
+    fu = next(c for w, c in claims.items() if w.startswith("each trained layer"))
+    deep = [r for r in tiny.rows if r["kind"] == "trained" and r["layers"] == 2]
+    worst = max(r["match_error"] for r in deep if r["method"] == "newton")
+    assert fu.values == {"κ = 10, N = 6": worst}
+    assert fu.verdict() == ("holds" if worst <= 0.1 else "does not hold")
+    mixed = {
+        r["estimator"]: r["error"]
+        for r in tiny.rows
+        if r["kind"] == "mixed_noise" and r["bin"] == "all"
+    }
+    vlad = next(c for c in tiny.claims if c.source.startswith("Vladymyrov"))
+    assert vlad.values == {"": mixed["trained"] / mixed["tuned_ridge"]}
+    against = any(c.contradicted() for c in tiny.claims)
+    opening = "Contradicted, in full or in part" if against else "The measurement agrees"
+    assert tiny.summary["answer"].startswith(opening)
+
+
+def test_trained_stacks_switch_residual_and_layernorm():
+    """The config's switches reach the trained models: without the residual stream and with a
+    LayerNorm the stacks are other functions (other losses), the rows keep their keys; a
+    non-flag is refused naming the key."""
+    from attnreg.progress import Progress
+    from attnreg.studies.depth.trained import trained_rows
+
+    small = TINY | {"train_layers": [2], "max_iterates": 3}
+    plain = trained_rows(DepthConfig(**small), Progress.quiet())
+    for residual, layernorm in ((False, False), (True, True)):
+        cfg = DepthConfig(**small, train_residual=residual, train_layernorm=layernorm)
+        rows = trained_rows(cfg, Progress.quiet())
+        trained = [r for r in rows if r["kind"] == "trained"]
+        assert trained and all(TRAINED_KEYS <= set(r) for r in trained)
+        before = [r["loss"] for r in plain if r["kind"] == "trained"]
+        assert [r["loss"] for r in trained] != before
+    for key in ("train_residual", "train_layernorm"):
+        with pytest.raises(ValueError, match=key):
+            DepthConfig(**{key: "no"})
 
 
 def test_the_command_writes_the_json_rows(tmp_path):
@@ -139,6 +211,15 @@ def test_the_command_writes_the_json_rows(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert {r["kind"] for r in rows} == {"atlas", "trained"}
+    atlas = [r for r in rows if r["kind"] == "atlas"]
+    assert all(ATLAS_KEYS <= set(r) for r in atlas)
+    assert {r["method"] for r in atlas} == {"gd", "gd++", "preconditioned", "newton"}
+    assert all(r["layers_needed"] is None or isinstance(r["layers_needed"], int) for r in atlas)
+    assert any(r["layers_needed"] is None for r in atlas)  # JSON null: the cap came first
+    assert all(isinstance(r["theory_layers"], int | None) for r in atlas)
+    trained = [r for r in rows if r["kind"] == "trained"]
+    assert all(TRAINED_KEYS <= set(r) for r in trained)
+    assert all(isinstance(r["best_match"], int) and r["layer"] >= 1 for r in trained)
     assert json.loads((tmp_path / "out" / "depth_rows.json").read_text())
     for name in ("depth_atlas", "depth_trained", "depth_noise"):
         assert (tmp_path / "out" / f"{name}.png").is_file()

@@ -357,8 +357,33 @@ def test_built_pages_reference_no_remote_script_style_or_font(site: Path) -> Non
 def test_the_claims_page_shows_every_source_with_computed_verdicts(site: Path) -> None:
     """The site's ledger page: a box per study with claims, every source named, and verdicts
     among the four kinds (computed when the page is built)."""
+    from attnreg.studies.registry import STUDIES
+
     text = (site / "claims.html").read_text(encoding="utf-8")
-    assert text.count('class="admonition note"') >= 4
-    for source in ("Tan &amp; Zhao", "Goulet Coulombe", "von Oswald", "Tang", "Ramsauer"):
+    assert text.count('class="admonition note"') >= sum(s.ledger for s in STUDIES.values())
+    for source in (
+        "Tan &amp; Zhao",
+        "Goulet Coulombe",
+        "von Oswald",
+        "Tang",
+        "Ramsauer",
+        "Giannou et al.",
+        "Fu et al.",
+        "Vladymyrov et al.",
+        "Wang, Shi &amp; Fox",
+    ):
         assert source in text, source
     assert "does not hold" in text and "holds with a condition" in text
+
+
+# every tutorial but the one about writing your own attention tests claims of a source
+SOURCE_TUTORIALS = TUTORIALS - {"tutorials/bring-your-own-attention.html"}
+
+
+@pytest.mark.parametrize("page", sorted(SOURCE_TUTORIALS))
+def test_each_source_tutorial_shows_its_ledger_box(site: Path, page: str) -> None:
+    """A tutorial about a source shows that source's ledger rows (a box of claims with their
+    computed verdicts)."""
+    text = (site / page).read_text(encoding="utf-8")
+    assert 'class="admonition note"' in text, page
+    assert re.search(r"<strong>(holds|does not hold|not testable)", text), page

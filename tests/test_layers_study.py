@@ -147,6 +147,37 @@ TINY = {
 }
 
 
+def _n_max(rows, memory, rho, eps):
+    """The largest N up to which (every smaller N of the grid too) a fraction 1 − ε is
+    recalled, written out here."""
+    best = 0
+    for n in sorted(r["n"] for r in rows if r["memory"] == memory and r["rho"] == rho):
+        row = next(r for r in rows if (r["memory"], r["rho"], r["n"]) == (memory, rho, n))
+        if row["recall"] < 1 - eps:
+            return best
+        best = n
+    return best
+
+
+def _claims_are_the_rows(res, cfg, mem, layer_rows):
+    """The ledger's numbers recomputed from the rows, its verdicts from the numbers."""
+    wang, mesa, gain = res.claims
+    assert wang.values == {f"{r['tasks']} · {r['layer']}": r["best_r2"] for r in layer_rows}
+    assert wang.threshold == cfg.min_r2
+    want = {f"ρ = {rho:g}": _n_max(mem, "Mesa", rho, cfg.recall_eps) / 4 for rho in cfg.memory_rhos}
+    assert mesa.values == want
+    assert mesa.verdict() == "holds"  # Mesa with λ = 1e-10 recalls every N ≤ d = 4 exactly
+    assert min(want.values()) >= 1
+    linear = {rho: _n_max(mem, "linear attention", rho, cfg.recall_eps) for rho in (0.5, 0.9)}
+    for case, value in gain.values.items():
+        memory, rho = case.split(", ρ = ")
+        assert value == _n_max(mem, memory, float(rho), cfg.recall_eps) - linear[float(rho)]
+    ok = [v >= 1 for v in gain.values.values()]
+    assert gain.verdict() == (
+        "holds" if all(ok) else "does not hold" if not any(ok) else "holds with a condition"
+    )
+
+
 def test_a_tiny_profile_runs_end_to_end_and_its_summary_is_its_rows():
     cfg = LayersConfig(**TINY)
     res = run(cfg)
@@ -157,9 +188,14 @@ def test_a_tiny_profile_runs_end_to_end_and_its_summary_is_its_rows():
     assert {(r["tasks"], r["layer"]) for r in layer_rows} == {
         (t, layer) for t in cfg.tasks for layer in cfg.layers
     }
+    explained = res.summary["what each trained layer computes"]
+    by_layer = {
+        (row[0], row[1]): dict(zip(explained["columns"], row, strict=True))
+        for row in explained["rows"]
+    }
     for r in layer_rows:
-        text = res.summary[f"{r['tasks']} · {r['layer']}"]
-        assert f"{r['loss_last']:.4g}" in text and f"R² {r['best_r2']:.4f}" in text
+        row = by_layer[(r["tasks"], r["layer"])]
+        assert row["loss"] == f"{r['loss_last']:.4g}" and row["R²"] == f"{r['best_r2']:.4f}"
         positions = [
             p
             for p in res.rows
@@ -169,9 +205,10 @@ def test_a_tiny_profile_runs_end_to_end_and_its_summary_is_its_rows():
         assert positions[-1]["loss"] == r["loss_last"]
     mem = [r for r in res.rows if r["kind"] == "memory"]
     assert len(mem) == len(memories(cfg)) * len(cfg.memory_rhos) * len(cfg.memory_ratios)
-    for m in memories(cfg):
-        caps = "/".join(str(capacity(mem, m, rho, cfg.recall_eps)) for rho in cfg.memory_rhos)
-        assert f"N_max at ρ = 0/0.5/0.9: {caps}" in res.summary[f"memory · {m}"]
+    memory_table = res.summary["memory: pairs recalled against N/d"]
+    for row in memory_table["rows"]:
+        caps = [capacity(mem, row[0], rho, cfg.recall_eps) for rho in cfg.memory_rhos]
+        assert row[1 : 1 + len(cfg.memory_rhos)] == caps
     table = {(t["memory"], t["rho"]): t["n_max"] for t in res.tables["layers_capacity"]}
     assert table == {
         (m, rho): capacity(mem, m, rho, cfg.recall_eps)
@@ -185,6 +222,7 @@ def test_a_tiny_profile_runs_end_to_end_and_its_summary_is_its_rows():
     )
     assert mesa_check["passed"]  # Mesa stores N ≤ d pairs exactly (λ = 1e-10)
     assert res.summary["lead"]
+    _claims_are_the_rows(res, cfg, mem, layer_rows)
     again = run(cfg)  # deterministic
     assert [r for r in again.rows if r["kind"] != "layer"] == [
         r for r in res.rows if r["kind"] != "layer"

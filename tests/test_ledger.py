@@ -138,3 +138,56 @@ def test_verify_summary_paragraphs_are_short_and_its_claims_hold_as_measured():
     assert max(tz.values.values()) == worst
     # the float64 Tan & Zhao rows pass only their condition-scaled tolerance
     assert tz.verdict() == CONDITIONAL and "not to machine precision" in tz.verdict_text()
+
+
+def test_the_layers_memory_conclusion_follows_the_measured_recall(monkeypatch):
+    """The layers study's Tang claim and its lead sentence are built from the recall rows:
+    lower Mesa's measured recall at N = d and the verdict and the sentence turn with it."""
+    import attnreg.studies.layers.run as layers_run
+    from attnreg.studies.layers.config import LayersConfig
+
+    cfg = LayersConfig(
+        d=3,
+        n_ctx=6,
+        batch=16,
+        steps=2,
+        eval_tasks=32,
+        fit_tasks=32,
+        explain_tasks=16,
+        layers=["mesa"],
+        tasks=["clean"],
+        memory_d=4,
+        memory_ratios=[0.5, 1.0, 2.0],
+        memory_trials=3,
+        memory_passes=2,
+    )
+
+    def mesa_claim(result):
+        for record in result.figures:
+            record.close()
+        return next(c for c in result.claims if c.words.startswith("the regression"))
+
+    measured = layers_run.run(cfg)
+    claim = mesa_claim(measured)
+    assert claim.verdict() == HOLDS and set(claim.values.values()) == {1.0}
+    label = "Mesa stores N_max = d pairs exactly"
+    against, held = measured.summary["lead"].split("Holds: ")
+    assert label in held and label not in against
+
+    real = layers_run.memory_rows
+
+    def half_recalled(config):
+        rows = real(config)
+        for r in rows:
+            if r["memory"] == "Mesa" and r["n"] == config.memory_d:
+                r["recall"] = 0.5
+        return rows
+
+    monkeypatch.setattr(layers_run, "memory_rows", half_recalled)
+    patched = layers_run.run(cfg)
+    claim = mesa_claim(patched)
+    assert set(claim.values.values()) == {0.5}  # N_max = 2 of d = 4 at every ρ
+    assert claim.verdict() == FAILS
+    assert claim.finding().startswith("The measurement contradicts the source")
+    against, held = patched.summary["lead"].split("Holds: ")
+    assert against.startswith("Contradicted") and label in against and label not in held

@@ -258,6 +258,49 @@ def test_distance_power_separation_equals_shifted_weights(similarity, separation
     np.testing.assert_allclose(out, ref, rtol=1e-9)
 
 
+U64 = 2.0**-53
+
+
+@pytest.mark.parametrize("similarity", ["euclidean", "manhattan"])
+def test_distance_power_of_high_degree_is_each_weight_as_written(similarity):
+    """Degree 60: each weight (c − β‖q − k‖)ⁿ against a log-space loop, within the first-order
+    rounding bound of the shifted score t = c − β‖q − k‖ raised to n (relative error of t at
+    most (c + β‖q − k‖)/t · γ, times n; normalising doubles it). A binomial expansion of the
+    power in powers of the distance missed this by orders of magnitude (cancellation)."""
+    n, beta = 60, 100.0
+    k, q = _gauss((40, 4), 4), _gauss((6, 4), 5)
+    mem = UniversalHopfieldMemory(similarity, "power", beta=beta, power=n, memory_budget=TINY)
+    out = mem.store(k).retrieve(q).numpy()
+    order = 2 if similarity == "euclidean" else 1
+    gamma = (2 * 4 + 40 + 4) * U64
+    for a, qa in enumerate(q):
+        c = np.linalg.norm(qa, order) + max(np.linalg.norm(ki, order) for ki in k)
+        dist = np.array([np.linalg.norm(qa - ki, order) for ki in k])
+        t = c - dist  # ≥ 0; 0 where the triangle inequality is tight (a weight of 0)
+        log_w = n * np.log(np.where(t > 0, t, 1.0))
+        w = np.where(t > 0, np.exp(log_w - log_w[t > 0].max()), 0.0)
+        ref = w @ k / w.sum()
+        relative = np.where(t > 0, (c + dist) / np.where(t > 0, t, 1.0), 0.0)
+        bound = 4 * n * gamma * (w * relative) @ np.abs(k) / w.sum()
+        assert np.all(np.abs(out[a] - ref) <= bound), (a, np.abs(out[a] - ref) / bound)
+
+
+def test_normalised_power_weights_do_not_overflow_with_a_large_beta():
+    """β cancels in the normalised weights (β s)ⁿ / Σ (β s)ⁿ: at β = 100, n = 150 the answer is
+    the β = 1 one ((β·s)ⁿ up to 350¹⁵⁰ ≈ 1e381 used to overflow the weighted sum)."""
+    n = 150
+    gen = np.random.default_rng(9)
+    k, q = gen.uniform(0, 1, (30, 8)), gen.uniform(0, 1, (5, 8))
+    out = UniversalHopfieldMemory("dot", "power", beta=100.0, power=n).store(k).retrieve(q)
+    gamma = (2 * 8 + 30 + 8) * U64
+    for a, qa in enumerate(q):
+        log_w = n * np.log(k @ qa)
+        w = np.exp(log_w - log_w.max())
+        ref = w @ k / w.sum()
+        bound = 4 * n * gamma * (w @ k) / w.sum()  # non-negative data: R is the answer itself
+        assert np.all(np.abs(out[a].numpy() - ref) <= bound)
+
+
 def test_polynomial_associate_equals_direct_sum():
     k, q, v = _gauss((30, 3), 6), _gauss((4, 3), 7), _gauss((30, 2), 8)
     coef = [0.5, -1.0, 0.0, 2.0]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnreg.constructions import LSAStack
-from attnreg.models import SoftmaxAttention, TrainableLSA, gd_products
+from attnreg.models import SoftmaxAttention, TokenModel, TrainableLSA, gd_products
 
 
 def _tasks(b: int = 3, n: int = 7, m: int = 2, d: int = 4, seed: int = 0):
@@ -18,27 +18,46 @@ def _tasks(b: int = 3, n: int = 7, m: int = 2, d: int = 4, seed: int = 0):
     return x, x @ w.transpose(0, 2, 1), q
 
 
-def _loop_lsa(kq: np.ndarray, pv: np.ndarray, x, y, q, softmax: bool = False) -> np.ndarray:
-    """e_j ← e_j + Σ_h PV_h Σ_i a_h(i, j) e_i with a = e_iᵀ KQ_h e_j / N (linear) or the
-    softmax over i of e_iᵀ KQ_h e_j; layers (L, H, D, D); prediction = −y-entry of queries."""
+def _loop_lsa(
+    kq: np.ndarray,
+    pv: np.ndarray,
+    x,
+    y,
+    q,
+    softmax: bool = False,
+    residual: bool = True,
+    norms: list[tuple[np.ndarray, np.ndarray]] | None = None,
+) -> np.ndarray:
+    """e_j ← e_j + Σ_h PV_h Σ_i a_h(i, j) n_i with a = n_iᵀ KQ_h n_j / N (linear) or the
+    softmax over i of n_iᵀ KQ_h n_j, ``n = e`` or, with ``norms`` (a LayerNorm's scale and
+    shift per layer), ``n = (e − mean e)/√(var e + 1e-5) · scale + shift``; without
+    ``residual`` the update replaces e_j. Layers (L, H, D, D); prediction = −y-entry of
+    queries."""
     b, n, _d = x.shape
     out = np.zeros((b, q.shape[1], 1))
     for t in range(b):
         tokens = [np.concatenate([x[t, i], y[t, i]]) for i in range(n)]
         tokens += [np.concatenate([q[t, j], [0.0]]) for j in range(q.shape[1])]
         for layer in range(kq.shape[0]):
+            normed = tokens
+            if norms is not None:
+                scale, shift = norms[layer]
+                normed = [
+                    (e - e.mean()) / np.sqrt(((e - e.mean()) ** 2).mean() + 1e-5) * scale + shift
+                    for e in tokens
+                ]
             new = []
-            for e_j in tokens:
+            for e_j, n_j in zip(tokens, normed, strict=True):
                 upd = np.zeros_like(e_j)
                 for h in range(kq.shape[1]):
-                    scores = np.array([tokens[i] @ kq[layer, h] @ e_j for i in range(n)])
+                    scores = np.array([normed[i] @ kq[layer, h] @ n_j for i in range(n)])
                     a = (
                         np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
                         if softmax
                         else scores / n
                     )
-                    upd += pv[layer, h] @ sum(a[i] * tokens[i] for i in range(n))
-                new.append(e_j + upd)
+                    upd += pv[layer, h] @ sum(a[i] * normed[i] for i in range(n))
+                new.append(e_j + upd if residual else upd)
             tokens = new
         out[t, :, 0] = [-tokens[n + j][-1] for j in range(q.shape[1])]
     return out
@@ -52,6 +71,62 @@ def test_lsa_forward_equals_the_token_loop(layers: int, heads: int) -> None:
     pv = np.stack([model.value_projection(i).detach().numpy() for i in range(layers)])
     got = model.predict(x, y, q).numpy()
     assert np.allclose(got, _loop_lsa(kq, pv, x, y, q), atol=1e-12)
+
+
+@pytest.mark.parametrize(("residual", "layernorm"), [(False, False), (True, True), (False, True)])
+def test_residual_and_layernorm_switches_equal_the_token_loop(residual, layernorm) -> None:
+    """Without the residual stream each layer's output is its update; with the pre-attention
+    LayerNorm (scale and shift set away from 1 and 0 here) the update is computed from the
+    normalised tokens. ``predict`` (whose last layer updates only the queries) and the read-out
+    of the last hidden state both equal the loop."""
+    x, y, q = _tasks()
+    layers = 3
+    model = TrainableLSA(
+        4,
+        layers=layers,
+        heads=2,
+        init_scale=0.4,
+        seed=2,
+        dtype=torch.float64,
+        residual=residual,
+        layernorm=layernorm,
+    )
+    norms = None
+    if layernorm:
+        rng = np.random.default_rng(3)
+        norms = [(rng.uniform(0.5, 1.5, 5), rng.normal(0, 0.2, 5)) for _ in range(layers)]
+        with torch.no_grad():
+            for ln, (scale, shift) in zip(model.norms, norms, strict=True):
+                ln.weight.copy_(torch.from_numpy(scale))
+                ln.bias.copy_(torch.from_numpy(shift))
+    kq = np.stack([model.key_query(i).detach().numpy() for i in range(layers)])
+    pv = np.stack([model.value_projection(i).detach().numpy() for i in range(layers)])
+    want = _loop_lsa(kq, pv, x, y, q, residual=residual, norms=norms)
+    assert np.allclose(model.predict(x, y, q).numpy(), want, atol=1e-12)
+    assert np.allclose(model.depth_predictions(x, y, q)[-1].numpy(), want, atol=1e-12)
+    assert model.spec()["residual"] is residual and model.spec()["layernorm"] is layernorm
+
+
+def test_the_switches_survive_a_checkpoint(tmp_path) -> None:
+    from attnreg.models import load_model, save_model
+
+    x, y, q = _tasks()
+    model = TrainableLSA(4, layers=2, init_scale=0.4, residual=False, layernorm=True)
+    with torch.no_grad():
+        model.norms[1].bias.fill_(0.25)
+    loaded, _ = load_model(save_model(tmp_path / "m.pt", model))
+    assert isinstance(loaded, TrainableLSA) and not loaded.residual and loaded.layernorm
+    assert torch.equal(loaded.predict(x, y, q), model.predict(x, y, q))
+
+
+def test_the_switches_refuse_non_flags_and_default_to_von_oswald() -> None:
+    with pytest.raises(ValueError, match="residual"):
+        TrainableLSA(3, residual="no")
+    with pytest.raises(ValueError, match="layernorm"):
+        TrainableLSA(3, layernorm=1)
+    model = TrainableLSA(3)
+    assert model.residual and model.norms is None
+    assert model.spec()["residual"] is True and model.spec()["layernorm"] is False
 
 
 def test_recurrent_and_gdpp_and_factored_structure() -> None:
@@ -77,6 +152,26 @@ def test_softmax_forward_equals_the_token_loop() -> None:
     pv = np.stack([model.value_projection(i).detach().numpy() for i in range(2)])
     got = model.predict(x, y, q).numpy()
     assert np.allclose(got, _loop_lsa(kq, pv, x, y, q, softmax=True), atol=1e-12)
+
+
+@pytest.mark.parametrize("softmax", [False, True])
+def test_fast_prediction_and_the_generic_one_both_equal_the_token_loop(softmax: bool) -> None:
+    """The layout models' fast ``forward_predict`` (last layer: the queries' y-columns only)
+    and :class:`TokenModel`'s generic one (every layer through ``forward``, then ``readout``)
+    both give the token loop's numbers."""
+    x, y, q = _tasks(seed=5)
+    cls = SoftmaxAttention if softmax else TrainableLSA
+    model = cls(4, heads=2, layers=3, init_scale=0.6, seed=3, dtype=torch.float64)
+    kq = np.stack([model.key_query(i).detach().numpy() for i in range(3)])
+    pv = np.stack([model.value_projection(i).detach().numpy() for i in range(3)])
+    want = _loop_lsa(kq, pv, x, y, q, softmax=softmax)
+    xc, yc, xq = (torch.from_numpy(a) for a in (x, y, q))
+    with torch.no_grad():
+        fast = model.forward_predict(xc, yc, xq).numpy()
+        generic = TokenModel.forward_predict(model, xc, yc, xq).numpy()
+    assert type(model).forward_predict is not TokenModel.forward_predict
+    assert np.allclose(fast, want, atol=1e-12)
+    assert np.allclose(generic, want, atol=1e-12)
 
 
 def test_gd_products_are_one_gd_step_and_eta_is_read_back() -> None:

@@ -49,8 +49,12 @@ FACTOR = re.compile(r"^_?(w|w\d+|w[a-z]|w_\w+|\w+_w|metric|lmat|lk|chol|vecs)$")
 FACTORISATIONS = {"cholesky", "qr", "eigh", "svd", "inv", "pinv"}
 
 ALLOWED: dict[str, str] = {
-    "estimators.py": "closed-form estimators, the references attention is checked against: "
-    "the dual ridge Gram X Xᵀ + λI and predictions x* Wᵀ from GD weights",
+    "estimators/least_squares.py": "closed-form estimators, the references attention is "
+    "checked against: the dual ridge Gram X Xᵀ + λI",
+    "estimators/gradient.py": "closed-form estimators, the references attention is checked "
+    "against: predictions x* Wᵀ from GD weights",
+    "estimators/kernel.py": "the local-linear estimator's softmax weights, the reference of local "
+    "linear attention (the kernel smoother beside it runs through the core)",
     "data/regression.py": "data generation: the covariance Q Λ Qᵀ from its eigenvectors",
     "data/tasks.py": "data generation: the task covariance Q Λ Qᵀ from its eigenvectors",
     "bench/p2_retrieval.py": "benchmark: PyTorch's fused SDPA, the reference the core is timed "
@@ -66,6 +70,10 @@ ALLOWED: dict[str, str] = {
     "studies/depth/iterates.py": "the reference iterations (GD, preconditioned GD, "
     "Newton–Schulz) in closed form: d × d iterates applied to the queries",
     "constructions/newton.py": "Newton's start α = 2/‖S Sᵀ‖_F of the d × d Gram S = XᵀX + λI",
+    "studies/verify/stack_references.py": "the numpy references the stacks are certified "
+    "against: the GD, GD++, Newton–Schulz and kernel Richardson iterations and their "
+    "rounding-error magnitudes",
+    "studies/verify/stack_rows.py": "Newton's start α from ‖S Sᵀ‖_F of the d × d Gram S = XᵀX",
 }
 
 

@@ -46,6 +46,7 @@ def test_cli_sweep_and_report_store_identical_metrics(tmp_path):
     )
     from_report = _frame(ResultsStore(report_dir / "results.db").to_dataframe("verify"))
 
-    assert len(from_cli) == 242  # (14 constructions + 8 sequence layers) × 11 shapes, float64
+    # (14 constructions + 8 sequence layers + 5 stacks × 4 depths) × 11 shapes, float64
+    assert len(from_cli) == 462
     pd.testing.assert_frame_equal(from_cli, from_sweep, check_exact=True)
     pd.testing.assert_frame_equal(from_cli, from_report, check_exact=True)

@@ -120,6 +120,26 @@ def test_report_overrides_with_an_unknown_key_is_aone_line_error(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "text, needles",
+    [
+        (None, ("--overrides", "no such file")),
+        ("icl: [1, 2\n", ("--overrides", "invalid YAML at line")),
+        ("- icl\n- verify\n", ("--overrides", "must hold a mapping")),
+        ("icl: 3\n", ("--overrides", "expected a mapping of study name to config keys")),
+        ("no_such_study: {}\n", ("--overrides", "unknown study 'no_such_study'", "verify")),
+    ],
+)
+def test_bad_overrides_files_are_one_line_errors_naming_the_option(text, needles, tmp_path):
+    overrides = tmp_path / "overrides.yaml"
+    if text is not None:
+        overrides.write_text(text)
+    out = tmp_path / "r"
+    result = runner.invoke(app, ["report", "--overrides", str(overrides), "--out", str(out)])
+    one_line_error(result, *needles, str(overrides))
+    assert not out.exists()  # nothing ran, nothing written
+
+
+@pytest.mark.parametrize(
     "value, needles",
     [
         # the audit: a nested mapping (YAML reads 1e-9 as a number; float32 has no entry)

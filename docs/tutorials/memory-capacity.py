@@ -67,6 +67,23 @@ torch.set_num_threads(1)
 t_start = time.perf_counter()
 
 # %% [markdown]
+# The capacity laws of the sources that the `capacity` study tests (its quick profile, seed
+# 0), with the measured numbers and the verdicts computed from them (the whole ledger:
+# [Claims ledger](../claims.html)):
+
+# %%
+from IPython.display import HTML, display
+
+from attnreg.studies.capacity import quick_config as capacity_quick
+from attnreg.studies.capacity.run import run as run_capacity
+from attnreg.studies.ledger import admonition
+
+capacity_result = run_capacity(capacity_quick())
+for record in capacity_result.figures:
+    record.close()
+display(HTML(admonition(capacity_result.claims, "Capacity laws, measured")))
+
+# %% [markdown]
 # ## Similarity × separation on the digits
 #
 # We store `N = 100` digits (8 × 8 images, pixels scaled to [0, 1], `d = 64`) in a

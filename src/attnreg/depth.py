@@ -4,7 +4,7 @@ For one in-context regression task per cell — ``x ~ N(0, Σ)`` with ``κ(Σ) =
 (:func:`attnreg.data.tasks.random_covariance`), ``w ~ N(0, I)``, ``y = wᵀx + noise·ε``, ``N =
 n_ctx`` context examples below, at and above ``d`` — each stack runs **once**, ``cap`` layers
 deep, and the prediction is read from its hidden state after every layer
-(:meth:`attnreg.models.lsa.TokenModel.depth_predictions`). ``layers_needed`` is the first depth
+(:meth:`attnreg.models.token.TokenModel.depth_predictions`). ``layers_needed`` is the first depth
 ``L`` whose relative error ``‖Ŷ_L − Ŷ*‖_F / ‖Ŷ*‖_F`` (over the queries and outputs) is ``≤ ε``;
 ``None`` when the stack's depth is reached first (``best_error`` then says how close it got —
 a rounding floor of order ``u·κ̂`` is not a cap).
@@ -59,7 +59,7 @@ from attnreg.core.validation import check_nonnegative, check_positive_int, check
 from attnreg.core.whitening import RankWarning, default_rtol
 from attnreg.data.tasks import Tasks, TaskSampler, random_covariance
 from attnreg.estimators import OLS
-from attnreg.models.lsa import TokenModel
+from attnreg.models.token import TokenModel
 
 METHODS = ("gd", "gd++", "preconditioned", "newton")
 GDPP_STOP = 1.01  # gd++ stops transforming the inputs once κ_ℓ ≤ this

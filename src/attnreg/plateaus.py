@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 
 class PlateauWarning(UserWarning):
-    """A training run ended on a loss plateau (see :class:`attnreg.training.TrainResult`)."""
+    """A training run ended on a loss plateau (see :class:`attnreg.training_config.TrainResult`)."""
 
 
 @dataclass

@@ -53,113 +53,19 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from attnreg.checkpoints import TrainState, load_train_state, save_train_state
-from attnreg.core.validation import (
-    check_choice,
-    check_nonnegative,
-    check_positive,
-    check_positive_int,
-    check_seed,
-)
-from attnreg.plateaus import Plateau, PlateauWarning, find_plateaus
+from attnreg.checkpoints import load_train_state, save_train_state
+from attnreg.plateaus import PlateauWarning, find_plateaus
 from attnreg.progress import Progress, Stage, terminal_progress
+from attnreg.training_config import SCHEDULES, TrainConfig, TrainResult, generator
+from attnreg.training_state import RunState, config_record, model_state, resumed, train_state
 
-SCHEDULES = ("constant", "cosine")
-# TrainConfig fields that do not change a run's numbers: a checkpoint resumes under other values
-_RESUME_FREE = ("checkpoint_path", "checkpoint_every")
-
-
-@dataclass
-class TrainConfig:
-    """Settings of :func:`train` (every field has a default; see the module docstring)."""
-
-    steps: int = 1000
-    lr: float = 1e-3
-    schedule: str = "constant"
-    lr_final: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 0.0
-    clip: float | None = 1.0
-    seed: int = 0
-    eval_every: int = 100
-    patience: int | None = None
-    min_delta: float = 0.0
-    stop_below: float | None = None
-    restore_best: bool = False
-    plateau_window: int = 200
-    plateau_rtol: float = 0.01
-    plateau_drop: float = 0.1
-    reference_loss: float | None = None
-    checkpoint_path: str | None = None
-    checkpoint_every: int | None = None
-
-    def __post_init__(self) -> None:
-        check_positive_int("steps", self.steps)
-        check_seed("seed", self.seed)
-        check_positive("lr", self.lr)
-        check_choice("schedule", self.schedule, SCHEDULES)
-        check_positive("lr_final", self.lr_final)
-        check_nonnegative("weight_decay", self.weight_decay)
-        if self.clip is not None:
-            check_positive("clip", self.clip)
-        check_positive_int("eval_every", self.eval_every)
-        if self.patience is not None:
-            check_positive_int("patience", self.patience)
-        check_nonnegative("min_delta", self.min_delta)
-        check_positive_int("plateau_window", self.plateau_window)
-        check_nonnegative("plateau_rtol", self.plateau_rtol)
-        check_nonnegative("plateau_drop", self.plateau_drop)
-        if self.checkpoint_every is not None:
-            check_positive_int("checkpoint_every", self.checkpoint_every)
-            if not self.checkpoint_path:
-                raise ValueError("checkpoint_every: set checkpoint_path too (where to write)")
-        if len(tuple(self.betas)) != 2:
-            raise ValueError(f"betas: expected two coefficients, got {self.betas!r}")
-
-
-@dataclass
-class TrainResult:
-    """What a run did: per-step training losses, evaluations, plateaus and why it stopped."""
-
-    losses: list[float]
-    evals: list[tuple[int, float]] = field(default_factory=list)
-    best_step: int = -1
-    best_metric: float = math.inf
-    stopped: str = "steps"  # "steps" | "patience" | "stop_below" | "non-finite"
-    plateaus: list[Plateau] = field(default_factory=list)
-    stuck: bool = False
-    seconds: float = 0.0
-    cpu_seconds: float = 0.0
-
-    @property
-    def steps_run(self) -> int:
-        return len(self.losses)
-
-    def plateau_summary(self) -> str | None:
-        """``None`` if no plateau was seen, else a sentence (stuck or escaped)."""
-        if not self.plateaus:
-            return None
-        text = "; ".join(p.describe() for p in self.plateaus)
-        return f"stuck on a plateau ({text})" if self.stuck else f"escaped plateau ({text})"
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["steps_run"] = self.steps_run
-        return out
-
-
-def generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
-    """A seeded ``torch.Generator`` (the data stream of a reproducible run)."""
-    gen = torch.Generator(device=device)
-    gen.manual_seed(check_seed("seed", seed))
-    return gen
+__all__ = ["SCHEDULES", "TrainConfig", "TrainResult", "default_optimizer", "generator", "train"]
 
 
 def _parameters(model_or_params: nn.Module | Iterable[torch.Tensor]) -> list[torch.Tensor]:
@@ -215,73 +121,6 @@ def _cosine_factor(config: TrainConfig) -> Callable[[int], float]:
     return factor
 
 
-def _config_record(config: TrainConfig) -> dict[str, Any]:
-    """The JSON-like config fields that fix a run's numbers (compared on resume)."""
-    out = asdict(config)
-    out["betas"] = [float(b) for b in config.betas]
-    for key in _RESUME_FREE:
-        out.pop(key)
-    return out
-
-
-@dataclass
-class _Progress:
-    """The mutable state of a run besides parameters, optimiser and RNGs."""
-
-    result: TrainResult
-    done: int = 0
-    since_best: int = 0
-    finished: bool = False
-    best_state: list[torch.Tensor] | None = None
-    seconds: float = 0.0
-    cpu_seconds: float = 0.0
-
-
-def _model_state(
-    model_or_params: nn.Module | Iterable[torch.Tensor], params: list[torch.Tensor]
-) -> dict[str, torch.Tensor]:
-    if isinstance(model_or_params, nn.Module):
-        return dict(model_or_params.state_dict())
-    return {f"param{i}": p for i, p in enumerate(params)}
-
-
-def _train_state(config: TrainConfig, run: _Progress) -> TrainState:
-    """``run`` as the :class:`~attnreg.checkpoints.TrainState` a checkpoint holds."""
-    res = run.result
-    progress = {
-        "losses": list(res.losses),
-        "evals": [[s, m] for s, m in res.evals],
-        "best_step": res.best_step,
-        "best_metric": res.best_metric,
-        "stopped": res.stopped,
-        "since_best": run.since_best,
-        "seconds": run.seconds,
-        "cpu_seconds": run.cpu_seconds,
-    }
-    return TrainState(run.done, run.finished, _config_record(config), progress, run.best_state)
-
-
-def _resumed(state: TrainState) -> _Progress:
-    """The run state a checkpoint's :class:`~attnreg.checkpoints.TrainState` describes."""
-    saved = state.progress
-    result = TrainResult(
-        losses=[float(v) for v in saved["losses"]],
-        evals=[(int(s), float(m)) for s, m in saved["evals"]],
-        best_step=int(saved["best_step"]),
-        best_metric=float(saved["best_metric"]),
-        stopped=str(saved["stopped"]),
-    )
-    return _Progress(
-        result=result,
-        done=state.step,
-        since_best=int(saved["since_best"]),
-        finished=state.finished,
-        best_state=state.best_state,
-        seconds=float(saved["seconds"]),
-        cpu_seconds=float(saved["cpu_seconds"]),
-    )
-
-
 def _loop(
     cfg: TrainConfig,
     params: list[torch.Tensor],
@@ -289,7 +128,7 @@ def _loop(
     eval_fn: Callable[[], float] | None,
     opt: torch.optim.Optimizer,
     sched: torch.optim.lr_scheduler.LRScheduler | None,
-    run: _Progress,
+    run: RunState,
     save: Callable[[], None],
     stage: Stage,
     description: str,
@@ -412,11 +251,11 @@ def train(
         if cfg.schedule == "cosine"
         else None
     )
-    run = _Progress(result=TrainResult(losses=[]))
+    run = RunState(result=TrainResult(losses=[]))
     path = cfg.checkpoint_path
     if resume and path and Path(path).is_file():
-        state = _model_state(model_or_params, params)
-        run = _resumed(load_train_state(path, state, _config_record(cfg), opt, sched, gens))
+        state = model_state(model_or_params, params)
+        run = resumed(load_train_state(path, state, config_record(cfg), opt, sched, gens))
     result = run.result
     seconds0, cpu_seconds0 = run.seconds, run.cpu_seconds  # spent before an interruption
     wall0, cpu0 = time.perf_counter(), time.process_time()
@@ -425,8 +264,8 @@ def train(
         if path:
             run.seconds = seconds0 + time.perf_counter() - wall0
             run.cpu_seconds = cpu_seconds0 + time.process_time() - cpu0
-            state = _model_state(model_or_params, params)
-            save_train_state(path, state, _train_state(cfg, run), opt, sched, gens)
+            state = model_state(model_or_params, params)
+            save_train_state(path, state, train_state(cfg, run), opt, sched, gens)
 
     with contextlib.ExitStack() as stack:
         if not isinstance(progress, Progress):

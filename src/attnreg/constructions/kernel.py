@@ -83,7 +83,7 @@ from torch import nn
 from attnreg.constructions.gated import GatedUnit
 from attnreg.core.attention import Attention
 from attnreg.core.validation import check_positive, check_positive_int
-from attnreg.models.lsa import TokenModel
+from attnreg.models.token import TokenModel
 
 
 class KernelRichardsonStack(TokenModel):
@@ -204,15 +204,6 @@ class KernelRichardsonStack(TokenModel):
         """The iterate ``α`` ``(B, N, dy)`` held by a hidden state: the context tokens'
         a-slots (``α_t`` after layer ``2t``)."""
         return state[:, :n_ctx, self.slots.a]
-
-    def forward_predict(
-        self, x_ctx: torch.Tensor, y_ctx: torch.Tensor, x_query: torch.Tensor
-    ) -> torch.Tensor:
-        """``(B, M, dy)`` on checked batched tensors: the queries' p-slots after the last
-        layer."""
-        keys = self.key_count(x_ctx.shape[1])
-        out = self.forward(self.tokens(x_ctx, y_ctx, x_query), keys, queries_only=True)
-        return self.readout(out, x_query.shape[1])
 
     def spec(self) -> dict[str, Any]:
         return {

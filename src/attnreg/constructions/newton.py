@@ -62,7 +62,7 @@ from attnreg.core.validation import (
     check_positive,
     check_positive_int,
 )
-from attnreg.models.lsa import TokenModel
+from attnreg.models.token import TokenModel
 
 
 class NewtonStack(TokenModel):
@@ -133,15 +133,6 @@ class NewtonStack(TokenModel):
         are its columns (``M_k`` after layer ``2k + 1``)."""
         m = 2 * self.d + self.dy
         return state[:, n_ctx : n_ctx + self.d, m : m + self.d].mT
-
-    def forward_predict(
-        self, x_ctx: torch.Tensor, y_ctx: torch.Tensor, x_query: torch.Tensor
-    ) -> torch.Tensor:
-        """``(B, M, dy)`` on checked batched tensors: the queries' p-slots after the last
-        layer."""
-        keys = self.key_count(x_ctx.shape[1])
-        out = self.forward(self.tokens(x_ctx, y_ctx, x_query), keys, queries_only=True)
-        return self.readout(out, x_query.shape[1])
 
     def spec(self) -> dict[str, Any]:
         return {

@@ -32,8 +32,9 @@ path          chosen when                                 may be forced when
 explicit      ``mask_self``, or a hook on ``hook_scores``  always
               or ``hook_weights``
 linear        identity separation, bilinear similarity,   the same, no ``mask_self``, no hook
-              no ``normalize``                            on ``hook_scores``/``hook_weights``
-fused         softmax separation, bilinear similarity     the same, no ``mask_self``, no hook
+              no ``normalize``, no ``offset``             on ``hook_scores``/``hook_weights``
+fused         softmax separation, bilinear similarity,    the same, no ``mask_self``, no hook
+              no ``offset``
 streamed      every other case                            no ``mask_self``, no hook
 ============  ==========================================  ===================================
 
@@ -96,16 +97,18 @@ def choose_path(
     mask_self: bool = False,
     hooked: bool = False,
     path: str | None = None,
+    shifted: bool = False,
 ) -> str:
     """The path :class:`Attention` takes (the table in the module docstring).
 
-    ``hooked``: a hook is registered on ``hook_scores`` or ``hook_weights``. Without ``path`` the
-    fastest path that honours the arguments; with ``path`` that path, or a ``ValueError`` naming
-    ``path`` when it cannot honour them.
+    ``hooked``: a hook is registered on ``hook_scores`` or ``hook_weights``; ``shifted``: the
+    scores carry a per-query offset (neither the linear nor the fused path adds one). Without
+    ``path`` the fastest path that honours the arguments; with ``path`` that path, or a
+    ``ValueError`` naming ``path`` when it cannot honour them.
     """
     bilinear = similarity in BILINEAR
-    linear = bilinear and separation == "identity" and not normalize
-    fused = bilinear and separation == "softmax"
+    linear = bilinear and separation == "identity" and not normalize and not shifted
+    fused = bilinear and separation == "softmax" and not shifted
     if path is None:
         if mask_self or hooked:
             return "explicit"
@@ -119,13 +122,14 @@ def choose_path(
     if path == "linear" and not linear:
         raise ValueError(
             "path: 'linear' needs identity separation, a bilinear similarity (dot, scaled_dot, "
-            f"whitened_dot) and normalize=False; got {similarity}/{separation}, "
-            f"normalize={normalize}"
+            f"whitened_dot), normalize=False and no offset; got {similarity}/{separation}, "
+            f"normalize={normalize}, offset={'given' if shifted else 'none'}"
         )
     if path == "fused" and not fused:
         raise ValueError(
-            "path: 'fused' needs softmax separation and a bilinear similarity (dot, "
-            f"scaled_dot, whitened_dot); got {similarity}/{separation}"
+            "path: 'fused' needs softmax separation, a bilinear similarity (dot, "
+            f"scaled_dot, whitened_dot) and no offset; got {similarity}/{separation}, "
+            f"offset={'given' if shifted else 'none'}"
         )
     return path
 
@@ -193,6 +197,7 @@ class Attention(nn.Module):
         mean: bool = False,
         mask_self: bool = False,
         path: str | None = None,
+        offset: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``(B, [H,] M, d), (B, [H,] N, d), (B, [H,] N, dv) -> (B, M, do)``.
 
@@ -202,7 +207,10 @@ class Attention(nn.Module):
         bilinear similarity ``β · (q M) · k = ((β q) M) · k``, so it scales the queries after
         ``hook_q``; ``mean``: the context mean, weights divided by N; ``mask_self``: query j
         does not attend to key j (the queries are the keys); ``path``: force one of
-        :data:`PATHS` (a ``ValueError`` if it cannot honour the arguments).
+        :data:`PATHS` (a ``ValueError`` if it cannot honour the arguments); ``offset``: one
+        shift per query, ``(B, [H,] M, 1)``, added to the scores ``β · sim`` before separation
+        (e.g. to make distance scores non-negative for a power; it rules out the linear and
+        fused paths).
         """
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         bilinear = self.similarity in BILINEAR
@@ -231,10 +239,13 @@ class Attention(nn.Module):
             mask_self=mask_self,
             hooked=hooked,
             path=path,
+            shifted=offset is not None,
         )
         mean_divisor = k.shape[-2] if mean else 1
         if chosen == "explicit":
-            out = self._explicit(q, k, v, metric, w_o, float(beta_value), mask_self, mean_divisor)
+            out = self._explicit(
+                q, k, v, metric, w_o, float(beta_value), mask_self, mean_divisor, offset
+            )
             return self.hook_output(out)
         scale = float(beta_value)
         if self.similarity == "scaled_dot":
@@ -257,6 +268,7 @@ class Attention(nn.Module):
                 self.normalize,
                 mean_divisor,
                 self.memory_budget,
+                offset,
             )
         return self.hook_output(_heads(out if w_o is None else out @ w_o))
 
@@ -270,9 +282,12 @@ class Attention(nn.Module):
         beta: float,
         mask_self: bool,
         mean_divisor: int,
+        offset: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Scores, separation and weights held whole (hooks read these very tensors)."""
         scores = beta * similarity_scores(q, k, self.similarity, metric)
+        if offset is not None:
+            scores = scores + offset
         linear_mean = mean_divisor != 1 and self.separation == "identity"
         scores = self.hook_scores(scores / mean_divisor if linear_mean else scores)
         if mask_self:

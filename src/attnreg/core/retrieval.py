@@ -62,6 +62,7 @@ def associate(
     normalize: bool = False,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     return_weights: bool = False,
+    offset: ArrayLike | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Retrieve ``sep(β · sim(Q, K)) · V`` for ``Q (B, M, d)``, ``K (B, N, d)``, ``V (B, N, dv)``
     through one :class:`Attention` core (the functional form used by the memories).
@@ -69,6 +70,8 @@ def associate(
     Unbatched 2-D inputs give a 2-D result. ``metric`` is read by ``whitened_dot`` only; without
     it the metric is ``(KᵀK + λI)⁺`` from the keys (``ridge`` = λ). With ``return_weights`` the
     ``(B, M, N)`` weights are read from the core's ``hook_weights`` (and so materialised).
+    ``offset``: one shift per query, ``(M,)`` or ``(B, M)``, added to ``β · sim`` before the
+    separation: ``sep(β · sim(q, k) + c_q)``.
     """
     core = _core(similarity, separation, beta, power, normalize, memory_budget)
     check_nonnegative("ridge", ridge)
@@ -89,20 +92,27 @@ def associate(
         raise ValueError(f"keys {tuple(k.shape)} and values {tuple(v.shape)} disagree on (B, N)")
     dtype = result_dtype(q, k, v)
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    shift = None
+    if offset is not None:
+        shift = as_tensor("offset", offset, ndim=(1, 2)).to(dtype)
+        want = tuple(q.shape[1:-1] if unbatched else q.shape[:-1])
+        if tuple(shift.shape) != want:
+            raise ValueError(f"offset: one shift per query, shape {want}; got {tuple(shift.shape)}")
+        shift = shift.reshape(q.shape[0], q.shape[-2], 1)
     m: torch.Tensor | None = None
     if similarity == "whitened_dot" and metric is not None:
         m = as_tensor("metric", metric, ndim=(2, 3)).to(dtype)
     elif similarity == "whitened_dot":
         m = whitened_metric(k, ridge)
     if not return_weights:
-        out = core(q, k, v, metric=m)
+        out = core(q, k, v, metric=m, offset=shift)
         return out[0] if unbatched else out
     seen: dict[str, torch.Tensor] = {}
     handle = core.hook_weights.register_forward_hook(
         lambda _mod, _inp, out: seen.__setitem__("weights", out)
     )
     try:
-        out = core(q, k, v, metric=m)
+        out = core(q, k, v, metric=m, offset=shift)
     finally:
         handle.remove()
     weights = seen["weights"]

@@ -5,8 +5,8 @@ becomes ridge with ``λ/a²``. A design of magnitude 1e±300 makes ``XᵀX`` ove
 so the regression layers divide each task's data by ``s = 2^e`` (``e`` the binary exponent of its
 largest magnitude) before they build their weights, and multiply the answer back. Division by a
 power of two is exact in binary floating point (IEEE 754) unless a value leaves the normal range,
-so data of ordinary magnitude (within ``2^±(maxexp/4)``: about 1e±77 in float64, 4e±9 in
-float32) is left as it is and the numbers do not change.
+so data of ordinary magnitude (within ``2^±(maxexp/4)``, :func:`ordinary_limit`: about 1e±77 in
+float64, 4e±9 in float32) is left as it is and the numbers do not change.
 
 The contract: the answer is that of the **given** problem (ridge with the given λ, not with λ
 scaled along with the data), computed without intermediate over- or underflow; where that
@@ -23,10 +23,35 @@ from dataclasses import dataclass
 import torch
 
 
+def ordinary_limit(dtype: torch.dtype, power: int = 1) -> int:
+    """The exponent ``L = ⌊maxexp / (4·power)⌋`` that bounds ordinary magnitudes in ``dtype``;
+    ``maxexp`` is the dtype's maximum exponent, its largest finite value lies just below
+    ``2^maxexp`` (1024 in float64, 128 in float32).
+
+    Why a quarter: the regression and memory kernels form products of up to four data-sized
+    factors (a Gram matrix ``XᵀX`` times data, the square of a Gram, ``|s|ⁿ⁻¹`` for a state
+    whose entries are squared through the patterns), so numbers within ``2^±L`` keep every
+    such product inside ``2^±maxexp``, the normal range. ``power`` shares the budget out for a
+    ``power``-th power: ``|x|^power`` of an ``x`` within ``2^±(L/power)`` stays within ``2^±L``.
+    This is the one threshold of the package's rescaling (:func:`power_of_two_scale` and the
+    memories' energies): about 1e±77 in float64 and 4e±9 in float32."""
+    maxexp = int(math.log2(torch.finfo(dtype).max)) + 1
+    return maxexp // (4 * power)
+
+
+def is_ordinary(maxima: torch.Tensor, limit: int) -> bool:
+    """Whether every entry of ``maxima`` (non-negative magnitudes) has a binary exponent ``e``
+    in ``[−limit, limit]`` (``x = m·2ᵉ``, ``m ∈ [0.5, 1)``, as :func:`torch.frexp`), i.e. lies in
+    ``[2^(−limit−1), 2^limit)``; a zero does not. Such data are used as given."""
+    low, high = torch.aminmax(maxima.detach())
+    return 2.0 ** (-limit - 1) <= float(low) and float(high) < 2.0**limit
+
+
 def power_of_two_scale(x: torch.Tensor) -> torch.Tensor:
     """Per task ``s = 2^e`` (shape ``(B, 1, 1)`` for ``x`` of shape ``(B, N, k)``) with
-    ``max |x / s|`` in ``[0.5, 1)`` when that maximum lies outside ``2^±(maxexp/4)``, else 1."""
-    limit = _limit(x.dtype)
+    ``max |x / s|`` in ``[0.5, 1)`` when that maximum's exponent lies outside
+    ``±``:func:`ordinary_limit`, else 1 (:func:`is_ordinary`)."""
+    limit = ordinary_limit(x.dtype)
     if _surely_ordinary(x, limit):
         return x.new_ones((*x.shape[:-2], 1, 1))
     return _exact_scale(x, limit)
@@ -35,8 +60,7 @@ def power_of_two_scale(x: torch.Tensor) -> torch.Tensor:
 def _exact_scale(x: torch.Tensor, limit: int) -> torch.Tensor:
     """:func:`power_of_two_scale` from the exact per-task maximum (:func:`_largest`)."""
     biggest = _largest(x)
-    low, high = torch.aminmax(biggest)
-    if float(high) < 2.0**limit and float(low) >= 2.0 ** (-limit):  # the usual case: all 1
+    if is_ordinary(biggest, limit):  # the usual case: all 1
         return torch.ones_like(biggest)
     _, exponent = torch.frexp(biggest)
     extreme = (biggest > 0) & ((exponent > limit) | (exponent < -limit))
@@ -44,30 +68,27 @@ def _exact_scale(x: torch.Tensor, limit: int) -> torch.Tensor:
     return torch.ldexp(torch.ones_like(biggest), exponent)
 
 
-def ordinary(x: torch.Tensor) -> bool:
-    """Whether every task of ``x`` is of ordinary magnitude: :func:`power_of_two_scale` is 1."""
-    limit = _limit(x.dtype)
+def unscaled(x: torch.Tensor) -> bool:
+    """Whether :func:`power_of_two_scale` of ``x`` is 1 for every task (data used as given)."""
+    limit = ordinary_limit(x.dtype)
     return _surely_ordinary(x, limit) or bool((_exact_scale(x, limit) == 1).all())
 
 
-def _limit(dtype: torch.dtype) -> int:
-    """``maxexp / 4``: magnitudes within ``2^±limit`` are ordinary (``XᵀX`` stays normal)."""
-    return int(math.log2(torch.finfo(dtype).max)) // 4
-
-
 def _surely_ordinary(x: torch.Tensor, limit: int) -> bool:
-    """A one-pass sufficient test that every task's ``max |x|`` lies in ``[2^-limit, 2^limit)``.
+    """A one-pass sufficient test that every task's ``max |x|`` is ordinary
+    (:func:`is_ordinary`: in ``[2^(−limit−1), 2^limit)``).
 
     Per task ``max |x| ≤ ‖x‖₂ ≤ √(Nk) · max |x|``; the 2-norm (one reduction, no temporary,
-    about 1.6× faster than the max and min of :func:`_largest`) is tested with a factor 2 of
-    slack for its rounding. An overflowed or underflowed norm fails the test, and the caller
-    then takes the exact per-task maximum."""
+    about 1.6× faster than the max and min of :func:`_largest`) is tested against
+    ``[2^−limit · √(Nk), 2^(limit−1))``, a factor 2 inside the range on each side for its
+    rounding. An overflowed or underflowed norm fails the test, and the caller then takes the
+    exact per-task maximum."""
     if x.numel() == 0:
         return False
     norms = torch.linalg.vector_norm(x.detach(), dim=(-2, -1))
     low, high = torch.aminmax(norms)
     size = x.shape[-2] * x.shape[-1]
-    return float(high) < 2.0 ** (limit - 1) and float(low) >= 2.0 ** (1 - limit) * size**0.5
+    return float(high) < 2.0 ** (limit - 1) and float(low) >= 2.0**-limit * size**0.5
 
 
 def unit_scale(x: torch.Tensor) -> torch.Tensor:
@@ -128,7 +149,7 @@ class Rescaling:
         ``forward`` as they are. An answer that is zero or subnormal everywhere in a task while
         its rescaled value is not is below the float range: ``ValueError``
         (:func:`underflow_error`), never silent zeros."""
-        if xq.numel() == 0 or (not self.active and ordinary(xq)):
+        if xq.numel() == 0 or (not self.active and unscaled(xq)):
             return forward(xq)
         sq = unit_scale(xq)
         scaled = forward(xq / sq)

@@ -67,13 +67,19 @@ def streamed(
     normalize: bool,
     mean_divisor: int,
     memory_budget: int,
+    offset: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``sep(scale · sim(Q, K)) V / mean_divisor`` (weights divided by their mass with
-    ``normalize``) for ``(B, [H,] M, d)`` queries; a head axis is kept, not summed."""
+    """``sep(scale · sim(Q, K) + offset) V / mean_divisor`` (weights divided by their mass with
+    ``normalize``) for ``(B, [H,] M, d)`` queries; ``offset`` is ``None`` or one shift per query,
+    ``(B, [H,] M, 1)``; a head axis is kept, not summed."""
     b, h = q.shape[0], q.shape[1] if q.ndim == 4 else 0
     if h:
         q, k, v = (t.expand(b, h, *t.shape[2:]).reshape(b * h, *t.shape[2:]) for t in (q, k, v))
-    out = _streamed_3d(q, k, v, similarity, separation, scale, power, normalize, memory_budget)
+        if offset is not None:
+            offset = offset.expand(b, h, *offset.shape[2:]).reshape(b * h, *offset.shape[2:])
+    out = _streamed_3d(
+        q, k, v, similarity, separation, scale, power, normalize, memory_budget, offset
+    )
     if mean_divisor != 1:
         out = out / mean_divisor
     return out.view(b, h, *out.shape[1:]) if h else out
@@ -89,6 +95,7 @@ def _streamed_3d(
     power: int,
     normalize: bool,
     memory_budget: int,
+    offset: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Stream over ``q_block × k_block`` score blocks (sizes from :func:`chunk_sizes`).
 
@@ -110,6 +117,8 @@ def _streamed_3d(
             s = qc @ kc.mT if bilinear else similarity_scores(qc, kc, similarity)
             if scale != 1.0:
                 s.mul_(scale)
+            if offset is not None:
+                s.add_(offset[:, qs : qs + q_block])
             if separation == "softmax":
                 # the shift is a constant for autograd: softmax does not depend on it
                 new_best = torch.maximum(best, s.detach().amax(-1, keepdim=True))

@@ -25,16 +25,11 @@ from attnreg.memory.classical import (
     PseudoInverseMemory,
     dam_capacity_theory,
 )
-from attnreg.memory.energy import (
-    ENERGIES,
-    EnergyMemory,
-    family_decode,
-    family_energy,
-    family_step,
-    whitened_patterns,
-)
+from attnreg.memory.energy import EnergyMemory
+from attnreg.memory.family import ENERGIES, family_decode, family_energy, family_step
 from attnreg.memory.modern import GRID_SIMILARITIES, ModernHopfield, UniversalHopfieldMemory
 from attnreg.memory.regressor import MemoryRegressor
+from attnreg.memory.whitened import whitened_patterns
 
 __all__ = [
     "ENERGIES",

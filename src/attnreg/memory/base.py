@@ -95,8 +95,9 @@ def scaled_retrieval(
     ``1/b²``; ``keys`` then are the stored keys divided by ``key_scale = b``, the metric built
     from them), ``s`` for the distances (queries and keys divided by one common ``s``). Softmax
     runs with ``β·2^f``; ``max`` and the normalised identity / power weights do not depend on
-    the scale (``β = 1``); unnormalised ``(β·sim)ⁿ`` weights multiply the output by
-    ``βⁿ·2^(n·f)``. The values' scale multiplies the output back.
+    the scale or on β, so they are computed with ``β = 1`` at every magnitude (``βⁿ`` would
+    overflow a degree-100 power at β = 100 although it cancels); unnormalised ``(β·sim)ⁿ``
+    weights multiply the output by ``βⁿ·2^(n·f)``. The values' scale multiplies the output back.
 
     The softmax of scores beyond the float range (``β·2^f`` past the largest float, e.g. dot
     products of patterns at 1e200) has no floating-point value to compute it from: a
@@ -105,7 +106,9 @@ def scaled_retrieval(
     sq, sk, sv = extreme_scale(queries), extreme_scale(keys), extreme_scale(values)
     stored = torch.ones_like(sk) if key_scale is None else key_scale.reshape(())
     if bool((sq == 1) & (sk == 1) & (sv == 1) & (stored == 1)):
-        return check_finite_result(retrieve(queries, keys, values, beta), "retrieve")
+        cancels = separation == "max" or (normalize and separation in ("identity", "power"))
+        out = retrieve(queries, keys, values, 1.0 if cancels else beta)
+        return check_finite_result(out, "retrieve")
     if similarity in DISTANCES:
         sq = sk = torch.maximum(sq, sk)
     q0, k0, v0 = queries / sq, keys / sk, values / sv

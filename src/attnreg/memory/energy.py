@@ -11,7 +11,7 @@ for the thin SVD ``K = U Σ Vᵀ`` (numerical null space dropped: ``⁺`` is the
 ``K̃`` is the polar factor of ``K``. Its rows ``k̃_i`` (the columns of ``Kᵀ G^{-1/2}``) are the
 whitened patterns: orthonormal when ``N ≤ d``, a tight frame when ``N > d``. In both cases
 ``K̃ᵀK̃ = P = Kᵀ G⁺ K``, the orthogonal projection onto the span of the patterns.
-:func:`whitened_patterns` builds ``K̃`` with the package's whitening
+:func:`~attnreg.memory.whitened.whitened_patterns` builds ``K̃`` with the package's whitening
 (:func:`attnreg.core.whitening.whitening_matrix`, R-SVD, so the error grows like ``κ(K)``,
 not ``κ(K)²``). For ``N ≤ d`` it whitens ``Kᵀ``, whose covariance is the Gram matrix ``G``
 (Gram whitening). For ``N > d`` it whitens ``K`` (covariance ``S``). The attention's whitened
@@ -63,8 +63,8 @@ Steps, similarities, read-outs and energies run on the attention core
 signed power ``sign(s)|s|ⁿ⁻¹`` (the core's ``power`` for even ``n``, whose odd exponent keeps
 the sign; ``signed_power`` for odd ``n``) or softmax separation. The power energy's sum comes
 from the step by Euler's theorem for the homogeneous ``F``:
-``Σ_i |s_i|ⁿ = Σ_i s_i F'(s_i) = ξᵀ K̃ᵀF'(K̃ξ)``; the softmax energy's ``log Σ_i exp(β s_i)``
-from :func:`attnreg.memory.base.log_sum_exp`.
+``Σ_i |s_i|ⁿ = Σ_i s_i F'(s_i) = ξᵀ K̃ᵀF'(K̃ξ)``; the softmax energy, summed without cancellation,
+from :func:`attnreg.memory.softmax_energy.softmax_energy`.
 
 **Extreme magnitudes** (entries at 1e±200 … 1e±300): the scale-equivariant answer, or a
 ``ValueError`` naming the argument; never silent zeros or NaN.
@@ -83,257 +83,42 @@ from :func:`attnreg.memory.base.log_sum_exp`.
 * Softmax: not scale-equivariant (``softmax(β · 2ᵉ s)`` sharpens with ``e``), so states are
   used as given. Scores ``β s`` that overflow are a ``ValueError`` naming the states; finite
   scores, however large or small, give the correct weights (a step is then a convex
-  combination of the values). Its energy's ``½‖ξ‖²`` overflowing is a ``ValueError``; that
-  term underflowing is not an error (the other terms dominate).
+  combination of the values). Its energy overflowing (``½‖ξ − k̃*‖²`` beyond the float range)
+  is a ``ValueError``; a term underflowing is not an error.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
 from attnreg.core import associate
-from attnreg.core.scaling import exponent, power_of_two_scale, row_exponents, times_power_of_two
+from attnreg.core.scaling import row_exponents, times_power_of_two
 from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
-from attnreg.core.validation import as_tensor, check_choice, check_positive, check_positive_int
-from attnreg.core.whitening import whitening_matrix
-from attnreg.memory.base import check_patterns, check_states, log_sum_exp
+from attnreg.core.validation import check_choice, check_positive_int
+from attnreg.memory.base import check_patterns, check_states
+from attnreg.memory.family import (
+    ENERGIES,
+    check_family,
+    family_decode,
+    family_energy,
+    family_step,
+    restore_scale,
+)
+from attnreg.memory.whitened import whitened_patterns
 
-ENERGIES = ("quadratic", "power", "softmax")
+__all__ = [
+    "ENERGIES",
+    "READOUTS",
+    "EnergyMemory",
+    "family_decode",
+    "family_energy",
+    "family_step",
+    "whitened_patterns",
+]
+
 READOUTS = ("state", "pattern")
-
-
-def _root_pinv(x: torch.Tensor, rtol: float | None) -> torch.Tensor:
-    """``(XᵀX)^{+1/2}`` (``(B, d, d)``) from the package's whitening ``L = V Λ^{-1/2}`` of ``x``
-    (``(B, N, d)``): ``V Λ^{-1/2} Vᵀ = L Λ^{1/2} Lᵀ`` over the kept directions."""
-    white = whitening_matrix(x, rtol=rtol, warn=False, checked=True)
-    eig = white.eigenvalues
-    assert eig is not None  # the SVD path reports the eigenvalues
-    lmat = white.matrix
-    return (lmat * eig.clamp_min(0).sqrt().unsqueeze(-2)) @ lmat.mT
-
-
-def whitened_patterns(patterns: Any, *, rtol: float | None = None) -> torch.Tensor:
-    """The whitened patterns ``K̃ = G^{+1/2} K = K S^{+1/2}`` of ``patterns`` ``K``: ``(N, d)``,
-    or ``(B, N, d)`` for ``B`` memories at once.
-
-    For ``N ≤ d``, the Gram whitening ``G^{+1/2} K`` with ``G = K Kᵀ``: the whitening of ``Kᵀ``,
-    whose covariance is ``G``. For ``N > d``, the package's covariance whitening
-    ``K S^{+1/2}``. Both are the polar factor ``U Vᵀ`` of the thin SVD ``K = U Σ Vᵀ``. Directions
-    with singular value at or below ``rtol · σ_max`` (default ``max(N, d) · eps``) are dropped,
-    which gives the pseudo-inverse. The rows are orthonormal for ``N ≤ d`` at full rank, and
-    ``K̃ᵀK̃`` is the projection onto the pattern span. Patterns at extreme magnitudes are first
-    divided by a power of two (module docstring), so ``K̃`` is the same at any scale.
-    """
-    k = as_tensor("patterns", patterns, ndim=(2, 3))
-    if k.shape[-2] == 0 or k.shape[-1] == 0:
-        raise ValueError(f"patterns: need N >= 1 patterns of d >= 1 features, got {tuple(k.shape)}")
-    if not k.is_floating_point():
-        k = k.double()
-    single = k.ndim == 2
-    kb = k.unsqueeze(0) if single else k
-    scale = power_of_two_scale(kb)  # K̃ is invariant to the patterns' scale
-    if bool((scale != 1).any()):
-        kb = kb / scale
-    n, d = kb.shape[-2], kb.shape[-1]
-    if n <= d:
-        out = _root_pinv(kb.mT, rtol) @ kb  # G^{+1/2} K, G = K Kᵀ
-    else:
-        out = kb @ _root_pinv(kb, rtol)  # K S^{+1/2}, S = KᵀK
-    return out[0] if single else out
-
-
-def _check_family(energy: str, power: int, beta: float) -> None:
-    check_choice("energy", energy, ENERGIES)
-    if energy == "power" and (check_positive_int("power", power) < 2):
-        raise ValueError(f"power: must be an integer >= 2, got {power!r}")
-    if energy == "softmax":
-        check_positive("beta", beta)
-
-
-def _max_exponent(dtype: torch.dtype) -> int:
-    """``maxexp`` of the dtype (1024 for float64): its largest finite value is below 2^maxexp."""
-    return int(math.log2(torch.finfo(dtype).max)) + 1
-
-
-def _restore(
-    unit: torch.Tensor, shift: torch.Tensor, name: str, *, underflow: bool = True
-) -> torch.Tensor:
-    """``unit · 2^shift`` per row, or a ``ValueError`` naming ``name`` when it leaves the float
-    range: an infinite entry (overflow), or — with ``underflow`` — a row that is non-zero at
-    unit scale but below the smallest normal number after the shift."""
-    out = times_power_of_two(unit, shift)
-    if not bool(torch.isfinite(out).all()):
-        raise ValueError(
-            f"{name}: the result overflows {unit.dtype} at this magnitude (largest factor "
-            f"2^{int(shift.max())} on the unit-scale answer); scale the {name} down"
-        )
-    if underflow:
-        tiny = torch.finfo(unit.dtype).tiny
-        lost = (unit.abs().amax(-1) > 0) & (out.abs().amax(-1) < tiny)
-        if bool(lost.any()):
-            raise ValueError(
-                f"{name}: the result underflows {unit.dtype} at this magnitude (smallest "
-                f"factor 2^{int(shift.min())} on the unit-scale answer); scale the {name} up"
-            )
-    return out
-
-
-def _value_exponent(values: torch.Tensor) -> torch.Tensor:
-    """The exponent ``e`` of :func:`power_of_two_scale` (0 at ordinary magnitudes): per memory
-    ``(B, 1, 1)`` for ``(B, N, dv)`` values, ``(1, 1)`` for ``(N, dv)``."""
-    scale = power_of_two_scale(values if values.ndim == 3 else values.unsqueeze(0))
-    e = exponent(scale)
-    return e if values.ndim == 3 else e[0]
-
-
-def _within(maxima: torch.Tensor, limit: int) -> bool:
-    """Whether every maximum lies in ``[2^-limit, 2^limit]`` (a zero maximum does not)."""
-    low, high = torch.aminmax(maxima)
-    return 2.0**-limit <= float(low) and float(high) <= 2.0**limit
-
-
-def _associate(
-    states: torch.Tensor,
-    whitened: torch.Tensor,
-    values: torch.Tensor,
-    energy: str,
-    n: int,
-    beta: float,
-    memory_budget: int,
-) -> torch.Tensor:
-    """``Σ_i F'(s_i) v_i`` (softmax: ``softmax(β s)``) by the core, as given."""
-    if energy == "softmax":
-        kw: dict[str, Any] = {"separation": "softmax", "beta": beta}
-    else:  # F'(s) = sign(s)|s|ⁿ⁻¹: the core's power separation keeps the sign for odd n − 1
-        separation = "identity" if n == 2 else "power" if n % 2 == 0 else "signed_power"
-        kw = {"separation": separation, "power": max(1, n - 1)}
-    out = associate(states, whitened, values, memory_budget=memory_budget, **kw)
-    assert isinstance(out, torch.Tensor)
-    return out
-
-
-def _step(
-    states: torch.Tensor,
-    whitened: torch.Tensor,
-    energy: str,
-    values: torch.Tensor | None,
-    power: int,
-    beta: float,
-    memory_budget: int,
-    name: str,
-) -> torch.Tensor:
-    """:func:`family_step` with the argument name ``name`` in its errors."""
-    v = whitened if values is None else values
-    n = 2 if energy == "quadratic" else power
-    # K̃ has rows of norm ≤ 1: only given values can need rescaling
-    limit = _max_exponent(states.dtype) // 4
-    plain_values = values is None or _within(values.abs().amax(dim=(-2, -1)), limit)
-    if energy != "softmax" and plain_values and _within(states.abs().amax(-1), limit // (n - 1)):
-        # ordinary magnitudes: |s|ⁿ⁻¹ stays within 2^±(maxexp/4), nothing to rescale
-        return _associate(states, whitened, v, energy, n, beta, memory_budget)
-    e_v = torch.zeros((), dtype=torch.int32) if plain_values else _value_exponent(v)
-    if bool((e_v != 0).any()):
-        v = times_power_of_two(v, -e_v)
-    if energy == "softmax":
-        out = _associate(states, whitened, v, energy, n, beta, memory_budget)
-        if not bool(torch.isfinite(out).all()):
-            raise ValueError(
-                f"{name}: the softmax scores β·s overflow {states.dtype} (β = {beta:g}, "
-                f"largest |ξ| = {float(states.abs().max()):.3g}); scale the {name} down"
-            )
-        return _restore(out, e_v, name) if bool((e_v != 0).any()) else out
-    e = row_exponents(states)
-    unit = _associate(times_power_of_two(states, -e), whitened, v, energy, n, beta, memory_budget)
-    return _restore(unit, (n - 1) * e + e_v, name)
-
-
-def family_step(
-    states: torch.Tensor,
-    whitened: torch.Tensor,
-    energy: str,
-    *,
-    values: torch.Tensor | None = None,
-    power: int = 3,
-    beta: float = 1.0,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
-) -> torch.Tensor:
-    """One step ``Σ_i F'(s_i) v_i`` with ``s = K̃ ξ`` for states ``(M, d)`` (or ``(B, M, d)``
-    with whitened patterns ``(B, N, d)``: ``B`` memories at once).
-
-    ``values`` ``V`` (``(N, dv)``) defaults to ``K̃``, which gives the concave–convex step
-    ``ξ ← K̃ᵀ F'(K̃ξ)``. With ``V = K`` it is the same step read out in pattern coordinates.
-    Softmax weights are ``softmax(β s)``. Computed by :func:`attnreg.core.associate` (dot
-    similarity; identity, signed power ``sign(s)|s|ⁿ⁻¹`` or softmax separation), at unit scale
-    for the homogeneous ``F`` (module docstring: extreme magnitudes).
-    """
-    _check_family(energy, power, beta)
-    return _step(states, whitened, energy, values, power, beta, memory_budget, "states")
-
-
-def family_decode(
-    states: torch.Tensor,
-    whitened: torch.Tensor,
-    patterns: torch.Tensor,
-    *,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
-) -> torch.Tensor:
-    """``S^{1/2} ξ = Σ_i (k̃_iᵀ ξ) k_i`` for states ``(M, d)``, whitened patterns ``K̃`` and
-    patterns ``K`` (``(N, d)``; or ``(B, …)`` for ``B`` memories): maps each ``k̃_i`` to
-    ``k_i``, and a state-read-out step to its pattern read-out. The core's identity separation
-    with values ``K``, at unit scale (module docstring: extreme magnitudes)."""
-    return _step(states, whitened, "quadratic", patterns, 2, 1.0, memory_budget, "states")
-
-
-def family_energy(
-    states: torch.Tensor,
-    whitened: torch.Tensor,
-    energy: str,
-    *,
-    power: int = 3,
-    beta: float = 1.0,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
-) -> torch.Tensor:
-    """``E_F(ξ)`` (``(M,)``) for states ``(M, d)`` and whitened patterns ``K̃`` (``(N, d)``).
-    A leading batch axis on both (``(B, M, d)``, ``(B, N, d)``) gives ``(B, M)``.
-
-    The quadratic energy is ``½ ‖ξ − K̃ᵀ(K̃ξ)‖²``, the same number as
-    ``−½‖s‖² + ½‖ξ‖²`` (since ``K̃ᵀK̃ = P``) without its cancellation near the span. The power
-    energy is ``½‖ξ‖² − Σ_i |s_i|ⁿ/n`` with ``Σ_i |s_i|ⁿ = ξᵀ K̃ᵀF'(K̃ξ)`` (Euler's theorem for
-    the homogeneous ``F``; its rounding is of the order of the direct sum's, whose terms carry
-    the cancellation of ``s_i`` too). The softmax energy is
-    ``−β⁻¹ log Σ_i exp(β s_i) + ½‖ξ‖² + β⁻¹ log N + ½ max_i ‖k̃_i‖²``. Every term comes from the
-    attention core, which streams over the patterns (no ``M × N`` matrix is held whole);
-    extreme magnitudes as in the module docstring.
-    """
-    _check_family(energy, power, beta)
-    e = row_exponents(states)
-    x = times_power_of_two(states, -e)
-    half = 0.5 * (x * x).sum(-1, keepdim=True)
-    if energy == "softmax":
-        n = whitened.shape[-2]
-        lse = log_sum_exp(states, whitened, beta, memory_budget)
-        big_m = whitened.norm(dim=-1).amax(-1, keepdim=True)
-        if whitened.ndim == 2:
-            big_m = big_m[0]
-        scaled_half = _restore(half, 2 * e, "states", underflow=False)[..., 0]
-        return -lse / beta + scaled_half + math.log(n) / beta + 0.5 * big_m**2
-    step = _step(x, whitened, energy, None, power, beta, memory_budget, "states")
-    if energy == "quadratic":
-        residual = x - step
-        return _restore(0.5 * (residual * residual).sum(-1, keepdim=True), 2 * e, "states")[..., 0]
-    total = (x * step).sum(-1, keepdim=True) / power
-    quadratic = _restore(half, 2 * e, "states", underflow=False)
-    polynomial = _restore(total, power * e, "states", underflow=False)
-    lost = (half > 0) & (quadratic.abs() < torch.finfo(x.dtype).tiny)
-    lost &= polynomial.abs() < torch.finfo(x.dtype).tiny
-    if bool(lost.any()):
-        raise ValueError(
-            f"states: the energy underflows {x.dtype} at this magnitude; scale the states up"
-        )
-    return (quadratic - polynomial)[..., 0]
 
 
 class EnergyMemory:
@@ -371,7 +156,7 @@ class EnergyMemory:
 
     def store(self, patterns: Any) -> EnergyMemory:
         """Store patterns ``K`` (``(N, d)``) and compute ``K̃ = G^{+1/2} K``."""
-        _check_family(self.energy_kind, self.power, self.beta)
+        check_family(self.energy_kind, self.power, self.beta)
         check_positive_int("max_steps", self.max_steps)
         self.patterns_ = check_patterns("patterns", patterns)
         if not self.patterns_.is_floating_point():
@@ -393,7 +178,7 @@ class EnergyMemory:
         e = row_exponents(x)
         values = x.new_zeros(self.whitened_.shape[0], 1)  # the weights do not depend on them
         _, unit = associate(times_power_of_two(x, -e), self.whitened_, values, return_weights=True)
-        s = _restore(unit, e, "states")
+        s = restore_scale(unit, e, "states")
         return s[0] if single else s
 
     def energy(self, states: Any) -> torch.Tensor:
@@ -414,7 +199,7 @@ class EnergyMemory:
     def _step(self, x: torch.Tensor, readout: str, name: str) -> torch.Tensor:
         values = self.patterns_ if readout == "pattern" else None
         kw = self._kw()
-        return _step(x, self.whitened_, self.energy_kind, values, name=name, **kw)
+        return family_step(x, self.whitened_, self.energy_kind, values=values, name=name, **kw)
 
     def retrieve(self, queries: Any, steps: int | None = None, readout: str = "state") -> Any:
         """``steps`` updates (default ``max_steps``) from ``queries``; the last one read out

@@ -7,7 +7,6 @@ of memories are searched without the queries × memories score matrix.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -16,7 +15,6 @@ from attnreg.core import SEPARATIONS, associate
 from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
 from attnreg.core.validation import (
     check_choice,
-    check_finite_result,
     check_flag,
     check_nonnegative,
     check_positive,
@@ -29,9 +27,9 @@ from attnreg.memory.base import (
     check_states,
     extreme_scale,
     log_sum_exp,
-    polynomial_associate,
     scaled_retrieval,
 )
+from attnreg.memory.softmax_energy import softmax_energy
 
 GRID_SIMILARITIES = ("dot", "euclidean", "manhattan", "whitened_dot")
 
@@ -130,18 +128,12 @@ class ModernHopfield:
         return log_sum_exp(states, self.patterns_, self.beta, self.memory_budget)
 
     def energy(self, states: Any) -> torch.Tensor:
-        """Ramsauer et al.'s energy ``E(ξ)`` per state."""
+        """Ramsauer et al.'s energy ``E(ξ)`` per state, in the stable form of
+        :func:`attnreg.memory.softmax_energy.softmax_energy` (accurate where ``E`` is far below
+        its terms ``½‖ξ‖²``, ``½M²``)."""
         x = self.patterns_
         s, single = check_states("states", states, x.shape[1], x.dtype)
-        n = x.shape[0]
-        big_m = float(x.norm(dim=1).max())
-        e = (
-            -self.log_sum_exp(s) / self.beta
-            + 0.5 * (s * s).sum(-1)
-            + math.log(n) / self.beta
-            + 0.5 * big_m**2
-        )
-        check_finite_result(e, "energy")  # ½‖ξ‖², β xᵀξ past the float range
+        e = softmax_energy(s, x, self.beta, self.memory_budget)
         return e[0] if single else e
 
 
@@ -156,8 +148,12 @@ class UniversalHopfieldMemory:
 
     Distance similarities are negative, so before identity / power separation they are shifted
     to be non-negative: weights ``(c + β·sim)ⁿ`` with the per-query ``c = β (‖q‖ + max_k ‖k‖)``
-    (same norm as the distance; the triangle inequality makes every weight ≥ 0). Softmax and
-    max are shift-invariant, so no shift is applied there.
+    (same norm as the distance; the triangle inequality makes every weight ≥ 0), the shift
+    added to the scores in the attention core (``associate(..., offset=c)``), so each weight is
+    computed as it is written (a binomial expansion of ``(c + β·sim)ⁿ`` in powers of ``sim``
+    loses about ``n log₂ 3`` bits to cancellation on digits: wrong beyond ``n ≈ 25``). Softmax
+    and max are shift-invariant, so no shift is applied there. The normalised weights do not
+    depend on β (:func:`~attnreg.memory.base.scaled_retrieval` computes them with β = 1).
     """
 
     def __init__(
@@ -250,17 +246,17 @@ class UniversalHopfieldMemory:
             return out
         p = 2.0 if self.similarity == "euclidean" else 1.0
         offset = beta * (q.norm(p=p, dim=1) + k.norm(p=p, dim=1).max())
-        n = 1 if self.separation == "identity" else self.power
-        ones = torch.ones(k.shape[0], 1, dtype=k.dtype, device=k.device)
-        aug = torch.cat([v, ones], 1) if self.normalize else v
-        out = polynomial_associate(
+        out = associate(
             q,
             k,
-            aug,
-            [0.0] * n + [1.0],
+            v,
             similarity=self.similarity,
-            scale=beta,
-            offset=offset,
+            separation=self.separation,
+            beta=beta,
+            power=self.power,
+            normalize=self.normalize,
             memory_budget=self.memory_budget,
+            offset=offset,
         )
-        return out[:, :-1] / out[:, -1:] if self.normalize else out
+        assert isinstance(out, torch.Tensor)
+        return out

@@ -8,9 +8,10 @@ from typing import Any
 import torch
 
 from attnreg.checkpoints import load_checkpoint, save_checkpoint
-from attnreg.models.lsa import VARIANTS, TokenModel, TrainableLSA, gd_products
+from attnreg.models.lsa import VARIANTS, TrainableLSA, gd_products
 from attnreg.models.regressors import AttentionRegression, TrainableOLSTransformer
 from attnreg.models.softmax import SoftmaxAttention
+from attnreg.models.token import TokenModel
 
 MODELS: dict[str, Any] = {"lsa": TrainableLSA, "softmax": SoftmaxAttention}
 

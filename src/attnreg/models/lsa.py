@@ -31,216 +31,41 @@ Parametrisations (``variant``):
 * ``"factored"``: four free matrices ``W_Q, W_K, W_V, P`` per head (the paper's model).
 
 ``layers`` layers deep, each with its own weights, or ``recurrent`` (one set of weights applied
-``layers`` times).
+``layers`` times). :class:`TrainableLSA` can drop the residual stream (``residual=False``: a
+layer's output is its update alone) or add a pre-attention LayerNorm (``layernorm=True``:
+``e ← e + update(LN(e))``, the update computed from the normalised tokens).
 
-:meth:`TokenModel.states` keeps the hidden state (every token) before the first layer and after
-each layer of one forward pass; :meth:`TokenModel.depth_predictions` reads the prediction from
-each of them (the depth of a stack, counted in one pass).
+:meth:`~attnreg.models.token.TokenModel.states` keeps the hidden state (every token) before
+the first layer and after each layer of one forward pass;
+:meth:`~attnreg.models.token.TokenModel.depth_predictions` reads the prediction from each of them
+(the depth of a stack, counted in one pass).
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from typing import Any, Self
 
 import torch
 from torch import nn
 
-from attnreg.core.attention import Attention
-from attnreg.core.hooks import Hooked
-from attnreg.core.validation import (
-    ArrayLike,
-    as_tensor,
-    check_choice,
-    check_finite_result,
-    check_nonnegative,
-    check_positive_int,
-    check_seed,
-    check_tasks,
-    check_underflow,
-)
+from attnreg.core.validation import check_choice, check_flag, check_nonnegative, check_seed
+from attnreg.models.token import LayoutModel, TokenModel, init_parameter
+
+__all__ = ["VARIANTS", "LayoutModel", "TokenModel", "TrainableLSA", "gd_products"]
 
 VARIANTS = ("full", "gdpp", "factored")
 
 
-class TokenModel(Hooked, ABC):
-    """Shared token layout, read-out, ``predict`` and checkpoint spec of the token models: each
-    layer is one attention core (``separation``) over the context tokens."""
-
-    kind = "token-model"
-    w0: torch.Tensor | None
-
-    def __init__(
-        self, d: int, dy: int, layers: int, heads: int, recurrent: bool, separation: str
-    ) -> None:
-        super().__init__()
-        self.d = check_positive_int("d", d)
-        self.dy = check_positive_int("dy", dy)
-        self.n_layers = check_positive_int("layers", layers)
-        self.heads = check_positive_int("heads", heads)
-        self.recurrent = bool(recurrent)
-        self.layers = nn.ModuleList(Attention("dot", separation) for _ in range(self.n_layers))
-        self.register_buffer("w0", None)
-
-    @property
-    def width(self) -> int:
-        """Token width ``D = d + dy``."""
-        return self.d + self.dy
-
-    @property
-    def n_weight_sets(self) -> int:
-        return 1 if self.recurrent else self.n_layers
-
-    def set_w0(self, w0: ArrayLike | None) -> None:
-        """The initial weights ``W0`` (``(dy, d)``) of the query tokens ``(x_q, −W0 x_q)``."""
-        if w0 is None:
-            self.w0 = None
-            return
-        w = as_tensor("w0", w0, ndim=(2,))
-        if w.shape != (self.dy, self.d):
-            raise ValueError(f"w0: expected shape ({self.dy}, {self.d}), got {tuple(w.shape)}")
-        self.w0 = w
-
-    def tokens(
-        self, x_ctx: torch.Tensor, y_ctx: torch.Tensor, x_query: torch.Tensor
-    ) -> torch.Tensor:
-        """``[(x_i, y_i)]_{i≤N} ++ [(x_q, −W0 x_q)]`` as ``(B, N + M, D)``."""
-        if self.w0 is None:
-            yq = x_query.new_zeros(*x_query.shape[:-1], self.dy)
-        else:
-            yq = -(x_query @ self.w0.to(x_query.dtype).mT)
-        return torch.cat([torch.cat([x_ctx, y_ctx], -1), torch.cat([x_query, yq], -1)], dim=1)
-
-    @abstractmethod
-    def key_query(self, layer: int = 0) -> torch.Tensor:
-        """``KQ_h`` of every head of weight set ``layer``: ``(H, D, D)``."""
-
-    @abstractmethod
-    def value_projection(self, layer: int = 0) -> torch.Tensor:
-        """``PV_h`` of every head of weight set ``layer``: ``(H, D, D)``."""
-
-    context_mean = True  # linear attention averages over the context; softmax normalises
-
-    def attend(
-        self, i: int, queries: torch.Tensor, ctx: torch.Tensor, readout: bool = False
-    ) -> torch.Tensor:
-        """Layer ``i``'s attention update of ``queries`` ``(B, T, D)`` from the context tokens
-        ``(B, N, D)``: ``Σ_h sep(β · E KQ_hᵀ E_ctxᵀ) E_ctx PV_hᵀ`` through core ``layers[i]``.
-        With ``readout`` only the y-columns of the update are computed."""
-        w = 0 if self.recurrent else i
-        dtype = queries.dtype
-        kq = self.key_query(w).to(dtype)
-        w_o = self.value_projection(w).to(dtype).mT
-        if readout:
-            w_o = w_o[..., self.d :]
-        b, h = queries.shape[0], self.heads
-        q = queries.unsqueeze(1).expand(b, h, *queries.shape[1:])
-        k = ctx.unsqueeze(1).expand(b, h, *ctx.shape[1:])
-        core = self.layers[i]
-        return core(q, k, k, metric=kq.mT, w_o=w_o, mean=self.context_mean)
-
-    def forward(
-        self,
-        tokens: torch.Tensor,
-        n_ctx: int,
-        queries_only: bool = False,
-        keep: list[torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """Run the layers on ``tokens (B, T, D)`` (keys/values: the first ``n_ctx``). With
-        ``queries_only`` the last layer updates (and returns) only the tokens after the keys.
-        ``keep``: a list that receives the input and the hidden state after every layer."""
-        if keep is not None:
-            keep.append(tokens)
-        for i in range(self.n_layers):
-            last = queries_only and i == self.n_layers - 1
-            queries = tokens[:, n_ctx:] if last else tokens
-            tokens = queries + self.attend(i, queries, tokens[:, :n_ctx])
-            if keep is not None:
-                keep.append(tokens)
-        return tokens
-
-    def key_count(self, n_ctx: int) -> int:
-        """How many leading tokens are the keys, for ``n_ctx`` context examples (here: the
-        context tokens themselves)."""
-        return n_ctx
-
-    def readout(self, state: torch.Tensor, n_query: int) -> torch.Tensor:
-        """The prediction ``(B, M, dy)`` held by a hidden state ``(B, T, D)``: minus the last
-        ``n_query`` tokens' y-entries (the layout of the module docstring)."""
-        return -state[:, state.shape[1] - n_query :, self.d : self.d + self.dy]
-
-    def states(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> list[torch.Tensor]:
-        """The hidden state ``(B, T, D)`` of the embedded tokens and after every layer
-        (``layers + 1`` tensors), kept during one forward pass in which every layer updates
-        every token; inputs as in :meth:`predict`."""
-        return self._states(*self._checked(x_ctx, y_ctx, x_query)[:3])
-
-    def depth_predictions(
-        self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike
-    ) -> torch.Tensor:
-        """The prediction at every depth, ``(layers + 1, B, M, dy)``: :meth:`readout` of each
-        of :meth:`states` (entry ``l`` after ``l`` layers; entry 0 is the embedding's)."""
-        xc, yc, xq, _ = self._checked(x_ctx, y_ctx, x_query)
-        m = xq.shape[1]
-        return torch.stack([self.readout(s, m) for s in self._states(xc, yc, xq)])
-
-    def _states(self, xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor) -> list[torch.Tensor]:
-        kept: list[torch.Tensor] = []
-        with torch.no_grad():
-            self.forward(self.tokens(xc, yc, xq), self.key_count(xc.shape[1]), keep=kept)
-        return kept
-
-    def forward_predict(
-        self, x_ctx: torch.Tensor, y_ctx: torch.Tensor, x_query: torch.Tensor
-    ) -> torch.Tensor:
-        """Differentiable prediction on already-checked batched tensors: ``(B, M, dy)``; the last
-        layer computes only the queries' y-entries."""
-        n = x_ctx.shape[1]
-        tokens = self.tokens(x_ctx, y_ctx, x_query)
-        for i in range(self.n_layers - 1):
-            tokens = tokens + self.attend(i, tokens, tokens[:, :n])
-        queries = tokens[:, n:]
-        last = self.n_layers - 1
-        return -(queries[..., self.d :] + self.attend(last, queries, tokens[:, :n], readout=True))
-
-    def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
-        """The one signature: ``(B, N, d), (B, N, dy), (B, M, d) -> (B, M, dy)`` (minus the
-        query tokens' y-entries after the last layer). Computed in the inputs' dtype."""
-        xc, yc, xq, shape = self._checked(x_ctx, y_ctx, x_query)
-        with torch.no_grad():
-            out = check_finite_result(self.forward_predict(xc, yc, xq))
-        return check_underflow(out, self.forward_predict, xc, yc, xq).reshape(shape)
-
-    def _checked(
-        self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[int, ...]]:
-        """:func:`check_tasks`, the model's ``d`` and ``dy`` checked, moved to its device."""
-        xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
-        if xc.shape[2] != self.d or yc.shape[2] != self.dy:
-            raise ValueError(
-                f"x_ctx/y_ctx shapes {tuple(xc.shape)}/{tuple(yc.shape)} do not fit this model "
-                f"(d = {self.d}, dy = {self.dy})"
-            )
-        device = next(self.parameters()).device
-        return xc.to(device), yc.to(device), xq.to(device), shape
-
-    @abstractmethod
-    def spec(self) -> dict[str, Any]:
-        """Constructor arguments (JSON-like), stored in checkpoints."""
-
-
-def _init(
-    shape: tuple[int, ...], scale: float, gen: torch.Generator, dtype: torch.dtype
-) -> nn.Parameter:
-    return nn.Parameter(torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype) * scale)
-
-
-class TrainableLSA(TokenModel):
+class TrainableLSA(LayoutModel):
     """Linear self-attention with ``heads`` heads and ``layers`` layers (deep or recurrent), in
     the von Oswald token layout with a ``1/N``-normalised context sum (module docstring).
 
     ``init_scale``: standard deviation of the initial weights (small: von Oswald et al. use a
     small Gaussian initialisation). ``seed`` makes the initialisation reproducible.
+    ``residual=False`` drops the residual stream (each layer's output is its attention update
+    alone); ``layernorm=True`` puts a LayerNorm over the token (learned scale and shift, from 1
+    and 0) before each layer's attention, pre-LN: ``T ← T + attend(LN(T))``. The defaults are
+    von Oswald et al.'s architecture (residual stream, no LayerNorm).
     """
 
     kind = "lsa"
@@ -258,21 +83,29 @@ class TrainableLSA(TokenModel):
         init_scale: float = 0.05,
         seed: int = 0,
         dtype: torch.dtype = torch.float32,
+        residual: bool = True,
+        layernorm: bool = False,
     ) -> None:
         super().__init__(d, dy, layers, heads, recurrent, "identity")
         self.variant = check_choice("variant", variant, VARIANTS)
         self.init_scale = check_nonnegative("init_scale", init_scale)
         self.seed = check_seed("seed", seed)
+        self.residual = check_flag("residual", residual)
+        self.layernorm = check_flag("layernorm", layernorm)
+        if self.layernorm:
+            self.norms = nn.ModuleList(
+                nn.LayerNorm(self.width, dtype=dtype) for _ in range(self.n_weight_sets)
+            )
         gen = torch.Generator().manual_seed(self.seed)
         shape = (self.n_weight_sets, heads, self.width, self.width)
         if variant == "factored":
-            self.w_q = _init(shape, init_scale, gen, dtype)
-            self.w_k = _init(shape, init_scale, gen, dtype)
-            self.w_v = _init(shape, init_scale, gen, dtype)
-            self.proj = _init(shape, init_scale, gen, dtype)
+            self.w_q = init_parameter(shape, init_scale, gen, dtype)
+            self.w_k = init_parameter(shape, init_scale, gen, dtype)
+            self.w_v = init_parameter(shape, init_scale, gen, dtype)
+            self.proj = init_parameter(shape, init_scale, gen, dtype)
         else:
-            self.kq = _init(shape, init_scale, gen, dtype)
-            self.pv = _init(shape, init_scale, gen, dtype)
+            self.kq = init_parameter(shape, init_scale, gen, dtype)
+            self.pv = init_parameter(shape, init_scale, gen, dtype)
         kq_mask = torch.ones(self.width, self.width, dtype=dtype)
         pv_mask = torch.ones(self.width, self.width, dtype=dtype)
         if variant == "gdpp":
@@ -371,6 +204,8 @@ class TrainableLSA(TokenModel):
             "variant": self.variant,
             "init_scale": self.init_scale,
             "seed": self.seed,
+            "residual": self.residual,
+            "layernorm": self.layernorm,
         }
 
 

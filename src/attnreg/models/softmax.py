@@ -17,10 +17,10 @@ from typing import Any
 import torch
 
 from attnreg.core.validation import check_nonnegative, check_seed
-from attnreg.models.lsa import TokenModel, _init
+from attnreg.models.token import LayoutModel, init_parameter
 
 
-class SoftmaxAttention(TokenModel):
+class SoftmaxAttention(LayoutModel):
     """Softmax attention with ``heads`` heads, ``layers`` layers (deep or recurrent); the
     products ``KQ_h`` and ``PV_h`` are the parameters (``(L, H, D, D)``)."""
 
@@ -42,8 +42,8 @@ class SoftmaxAttention(TokenModel):
         self.seed = check_seed("seed", seed)
         gen = torch.Generator().manual_seed(self.seed)
         shape = (self.n_weight_sets, heads, self.width, self.width)
-        self.kq = _init(shape, init_scale, gen, dtype)
-        self.pv = _init(shape, init_scale, gen, dtype)
+        self.kq = init_parameter(shape, init_scale, gen, dtype)
+        self.pv = init_parameter(shape, init_scale, gen, dtype)
 
     def key_query(self, layer: int = 0) -> torch.Tensor:
         """``KQ_h``: ``(H, D, D)``."""

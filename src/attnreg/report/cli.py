@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 from rich.console import Console
 
-from attnreg.config import read_yaml
+from attnreg.config import read_config_file
 from attnreg.core.validation import check_seed
 from attnreg.report.build import build_report, check_overrides
 from attnreg.runs.cli import check_workers_option, fail, interrupted
@@ -20,19 +19,16 @@ from attnreg.studies.registry import STUDIES
 
 
 def load_overrides(path: Path) -> dict[str, dict[str, Any]]:
-    """A YAML mapping of study name to config keys (:func:`~attnreg.config.read_yaml`: safe);
-    ``ValueError`` naming the file otherwise."""
-    try:
-        data = read_yaml(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"{path}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML ({exc})") from exc
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise ValueError(f"{path}: expected a mapping of study name to config keys")
+    """A YAML (or ``.json``) mapping of study name to config keys, read by
+    :func:`~attnreg.config.read_config_file` (safe YAML); a one-line ``ValueError`` that starts
+    with ``--overrides`` and the path otherwise (an empty file: no overrides)."""
+    data = read_config_file(path, name="--overrides")
+    where = f"--overrides {str(path)!r}"
+    if not all(isinstance(v, dict) for v in data.values()):
+        raise ValueError(f"{where}: expected a mapping of study name to config keys")
     for name in data:
         if name not in STUDIES:
-            raise ValueError(f"{path}: unknown study {name!r}; valid: {', '.join(STUDIES)}")
+            raise ValueError(f"{where}: unknown study {name!r}; valid: {', '.join(STUDIES)}")
     return data
 
 
@@ -80,7 +76,7 @@ def report_command(
         try:
             changed = load_overrides(overrides)
         except ValueError as exc:
-            fail(f"--overrides {exc}")
+            fail(str(exc))
         try:  # every overridden config is built now: a bad value stops before anything runs
             check_overrides(changed, seed, "full" if full else "quick")
         except ValueError as exc:

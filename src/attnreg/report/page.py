@@ -16,7 +16,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from attnreg import __version__
-from attnreg.runs.store import CellResult
+from attnreg.runs.record import CellResult
 from attnreg.studies.common import cell_text, format_against, is_table
 from attnreg.studies.ledger import LEDGER_KEY
 from attnreg.studies.registry import STUDIES

@@ -16,7 +16,7 @@ from attnreg import __version__
 from attnreg.config import config_from_dict, config_to_dict
 from attnreg.core.validation import check_seed
 from attnreg.progress import Event, Progress
-from attnreg.runs.store import CellResult, cell_key, now
+from attnreg.runs.record import CellResult, cell_key, now
 from attnreg.studies.registry import get_study
 
 if TYPE_CHECKING:

@@ -1,7 +1,8 @@
 """The results store: one SQLite row per run cell, written in one transaction.
 
 A cell is one (study, config, seed, package version); its key is a SHA-256 of that tuple as
-canonical JSON, so the same cell always lands on the same row. The database runs in WAL mode;
+canonical JSON, so the same cell always lands on the same row (the record and its row:
+:mod:`attnreg.runs.record`). The database runs in WAL mode;
 each finished cell is one ``INSERT OR REPLACE`` inside one transaction, so a process killed
 at any instant leaves either the whole row or none of it. Only the client process writes.
 
@@ -17,64 +18,31 @@ file that is not an SQLite database, or not a results store, is refused with
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import sqlite3
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnreg.core.validation import check_seed
-from attnreg.output import rows_to_json
 from attnreg.runs import pending
+from attnreg.runs.record import (
+    ADD_PENDING,
+    COLUMNS,
+    INSERT,
+    SCHEMA,
+    CellResult,
+    cell_key,
+    cell_row,
+    now,
+    read_pending,
+    to_result,
+)
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS cells (
-    key TEXT PRIMARY KEY,
-    study TEXT NOT NULL,
-    config TEXT NOT NULL,
-    seed INTEGER NOT NULL,
-    version TEXT NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('done', 'failed')),
-    started REAL NOT NULL,
-    finished REAL NOT NULL,
-    seconds REAL NOT NULL,
-    rows TEXT NOT NULL,
-    summary TEXT NOT NULL,
-    figures TEXT NOT NULL,
-    error TEXT
-)
-"""
-COLUMNS = (
-    "key",
-    "study",
-    "config",
-    "seed",
-    "version",
-    "status",
-    "started",
-    "finished",
-    "seconds",
-    "rows",
-    "summary",
-    "figures",
-    "error",
-)
-INSERT = f"INSERT OR REPLACE INTO cells VALUES ({','.join('?' * len(COLUMNS))})"
-# a set-aside row replaces a stored one only if it did not finish earlier (storing it twice is
-# harmless; a newer result is never overwritten by an older one)
-ADD_PENDING = (
-    f"INSERT INTO cells VALUES ({','.join('?' * len(COLUMNS))}) ON CONFLICT(key) DO UPDATE SET "
-    + ", ".join(f"{name} = excluded.{name}" for name in COLUMNS[1:])
-    + " WHERE excluded.finished >= cells.finished"
-)
-TEXT_COLUMNS = ("key", "study", "config", "version", "status", "rows", "summary", "figures")
-JSON_COLUMNS = {"config": dict, "rows": list, "summary": dict, "figures": list}
+__all__ = ["CellResult", "ResultsStore", "StoreBusy", "StoreError", "cell_key", "now"]
+
 LOCK_TIMEOUT = 600.0  # seconds a locked store is waited for before results are set aside
 ATTEMPT_TIMEOUT = 0.2  # SQLite's own busy wait per attempt; the back-off happens in Python
 MAX_BACKOFF = 1.0
@@ -91,39 +59,6 @@ class StoreError(Exception):
 
 class StoreBusy(StoreError):
     """The store stayed locked by another writer for longer than the store's lock timeout."""
-
-
-def cell_key(study: str, config: dict[str, Any], seed: int, version: str) -> str:
-    """Stable hash of a cell: ``sha256(json({study, config, seed, version}, sort_keys))``."""
-    blob = json.dumps(
-        {"study": study, "config": config, "seed": seed, "version": version},
-        sort_keys=True,
-        separators=(",", ":"),
-        default=str,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-@dataclass
-class CellResult:
-    """What a worker sends back for one cell (the store adds nothing but the key)."""
-
-    study: str
-    config: dict[str, Any]
-    seed: int
-    version: str
-    status: str
-    started: float
-    finished: float
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    summary: dict[str, str] = field(default_factory=dict)
-    figures: list[dict[str, str]] = field(default_factory=list)
-    error: str | None = None
-
-    @property
-    def key(self) -> str:
-        """The cell's stable key."""
-        return cell_key(self.study, self.config, self.seed, self.version)
 
 
 class ResultsStore:
@@ -175,13 +110,13 @@ class ResultsStore:
         """Write one finished cell in one transaction (replacing a failed attempt), waiting for
         a lock held by another writer; :class:`StoreBusy` after ``lock_timeout`` seconds, or
         as soon as ``give_up()`` is true while waiting."""
-        row = _row(result)
+        row = cell_row(result)
         self._transaction(lambda db: db.execute(INSERT, row), give_up)
 
     def spill(self, result: CellResult) -> Path:
         """Set ``result`` aside in ``STORE.pending.jsonl`` (for a store that stays locked); the
         next store opened on this path adds it. Returns that file."""
-        pending.append(self.pending_path, [json.dumps(list(_row(result))).encode()])
+        pending.append(self.pending_path, [json.dumps(list(cell_row(result))).encode()])
         return self.pending_path
 
     def add_pending(self) -> int:
@@ -193,7 +128,7 @@ class ResultsStore:
         ``STORE.pending.rejected.jsonl`` and reported on stderr with their count."""
         with _RECOVERING:
             for claim in pending.claims(self.pending_path):
-                good, bad = _read_pending(claim)
+                good, bad = read_pending(claim)
                 try:
                     refused = self._add_rows([row for _, _, row in good])
                 except StoreBusy:  # back in the queue: the next run adds them
@@ -292,7 +227,7 @@ class ResultsStore:
             "figures, error FROM cells WHERE key = ?",
             (key,),
         )
-        return None if not rows else _to_result(rows[0])
+        return None if not rows else to_result(rows[0])
 
     def cells(self, study: str | None = None) -> Iterator[CellResult]:
         """Every stored cell (optionally of one study), oldest first."""
@@ -305,7 +240,7 @@ class ResultsStore:
             query += " WHERE study = ?"
             args = (study,)
         for row in self._fetch(query + " ORDER BY finished", args):
-            yield _to_result(row)
+            yield to_result(row)
 
     def count(self, status: str | None = None) -> int:
         """Number of stored cells (optionally with a given status)."""
@@ -343,101 +278,5 @@ class ResultsStore:
         return [out / "results.csv", out / "results.parquet"]
 
 
-def _row(result: CellResult) -> tuple[Any, ...]:
-    """The cell as the values of one ``cells`` row (raises before any write if a value cannot
-    be serialised)."""
-    return (
-        result.key,
-        result.study,
-        json.dumps(result.config, sort_keys=True, default=str),
-        result.seed,
-        result.version,
-        result.status,
-        result.started,
-        result.finished,
-        result.finished - result.started,
-        rows_to_json(result.rows),
-        json.dumps(result.summary),
-        json.dumps(result.figures),
-        result.error,
-    )
-
-
-def _read_pending(
-    path: Path,
-) -> tuple[list[tuple[str, bytes, tuple[Any, ...]]], list[tuple[bytes, str]]]:
-    """The lines of a claimed pending file: ``("line N", line, row)`` of each well-formed one,
-    and ``(line, "line N: reason")`` of each other."""
-    good: list[tuple[str, bytes, tuple[Any, ...]]] = []
-    bad: list[tuple[bytes, str]] = []
-    for number, line in enumerate(pending.read_lines(path), 1):
-        try:
-            good.append((f"line {number}", line, _pending_row(line)))
-        except ValueError as exc:
-            bad.append((line, f"line {number}: {exc}"))
-    return good, bad
-
-
-def _pending_row(line: bytes) -> tuple[Any, ...]:
-    """One set-aside line (a JSON list of the ``cells`` columns, as :meth:`ResultsStore.spill`
-    writes it) as a row; ``ValueError`` saying what is wrong. The status is left to the
-    table's own check."""
-    try:
-        values = json.loads(line.decode("utf-8"))
-    except ValueError as exc:  # UnicodeDecodeError is one too
-        raise ValueError(f"not a JSON line ({exc})") from exc
-    if not isinstance(values, list) or len(values) != len(COLUMNS):
-        raise ValueError(f"not a JSON list of the {len(COLUMNS)} columns {', '.join(COLUMNS)}")
-    row = dict(zip(COLUMNS, values, strict=True))
-    for name in TEXT_COLUMNS:
-        if not isinstance(row[name], str):
-            raise ValueError(f"{name}: expected text, got {type(row[name]).__name__}")
-    check_seed("seed", row["seed"])
-    for name in ("started", "finished", "seconds"):
-        value = row[name]
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            raise ValueError(f"{name}: expected a finite number of seconds, got {value!r}")
-    if row["error"] is not None and not isinstance(row["error"], str):
-        raise ValueError(f"error: expected text or null, got {type(row['error']).__name__}")
-    decoded = {}
-    for name, kind in JSON_COLUMNS.items():
-        try:
-            decoded[name] = json.loads(row[name])
-        except ValueError as exc:
-            raise ValueError(f"{name}: not JSON ({exc})") from exc
-        if not isinstance(decoded[name], kind):
-            raise ValueError(f"{name}: expected a JSON {kind.__name__}")
-    if not all(isinstance(item, dict) for item in decoded["rows"]):
-        raise ValueError("rows: expected a JSON list of objects")
-    if row["key"] != cell_key(row["study"], decoded["config"], row["seed"], row["version"]):
-        raise ValueError("key: does not match the study, config, seed and version")
-    return tuple(values)
-
-
 def _scalar(value: Any) -> Any:
     return value if isinstance(value, int | float | str | bool) or value is None else str(value)
-
-
-def _to_result(row: tuple[Any, ...]) -> CellResult:
-    return CellResult(
-        study=row[0],
-        config=json.loads(row[1]),
-        seed=int(row[2]),
-        version=row[3],
-        status=row[4],
-        started=float(row[5]),
-        finished=float(row[6]),
-        rows=json.loads(row[7]),
-        summary=json.loads(row[8]),
-        figures=json.loads(row[9]),
-        error=row[10],
-    )
-
-
-def now() -> float:
-    """Wall-clock seconds (for ``started`` / ``finished``)."""
-    return time.time()

@@ -84,6 +84,12 @@ class Claim:
             return CONDITIONAL if self.condition else HOLDS
         return CONDITIONAL if good else FAILS
 
+    def contradicted(self) -> bool:
+        """Whether a measured case fails its threshold: the verdict is *does not hold*, or
+        *holds with a condition* on only some cases (the finding then opens with "The
+        measurement contradicts the source")."""
+        return self.verdict() in (FAILS, CONDITIONAL) and len(self.passing()) < len(self.values)
+
     def verdict_text(self) -> str:
         """The verdict with its condition or reason."""
         verdict = self.verdict()
@@ -111,13 +117,12 @@ class Claim:
         verdict = self.verdict()
         if verdict == UNTESTABLE:
             return f"Not testable here, because {self.untestable or 'nothing was measured'}."
-        partial = verdict == CONDITIONAL and len(self.passing()) < len(self.values)
         head = {
             HOLDS: "The measurement agrees with the source",
             FAILS: "The measurement contradicts the source",
             CONDITIONAL: "The measurement agrees with the source under a condition",
         }[verdict]
-        if partial:
+        if verdict == CONDITIONAL and self.contradicted():
             head = "The measurement contradicts the source in part"
         return f"{head}: {self.measurement} is {self.number()} (threshold {self.threshold_text()})."
 

@@ -7,14 +7,14 @@ import math
 from typing import Any
 
 from attnreg.studies.capacity.config import CapacityConfig
+from attnreg.studies.capacity.curves import family_curve, fit_line
 from attnreg.studies.capacity.families import HEBBIAN_ALPHA
 from attnreg.studies.capacity.summary import (
     STRONG,
     dam_fits,
     digits_cells,
-    family_curve,
-    fit_line,
     hebbian_band,
+    power_degrees,
 )
 from attnreg.studies.ledger import Claim
 
@@ -118,4 +118,18 @@ def capacity_claims(rows: list[dict[str, Any]], config: CapacityConfig) -> list[
                 {"": sum(seps) / len(seps)},
             ),
         ]
+    sweep = power_degrees(rows)
+    if sweep:
+        degrees = sorted({n for r in sweep.values() for n in r})
+        out.append(
+            Claim(
+                "Millidge et al. 2022 (universal Hopfield networks)",
+                "a higher power separates better: recall grows with the polynomial's degree",
+                f"fraction of (query, similarity) cells recalling more at degree {degrees[-1]} "
+                f"than at {degrees[0]}",
+                ">=",
+                1.0,
+                {"": sum(r[degrees[-1]] > r[degrees[0]] for r in sweep.values()) / len(sweep)},
+            )
+        )
     return out

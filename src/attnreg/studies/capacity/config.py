@@ -20,7 +20,9 @@ class CapacityConfig:
     """Settings of ``attnreg capacity`` (defaults: the quick profile). ``workers``: processes
     for the ``N_max(d)`` curves (0: one per torch intra-op thread, so a report cell given one
     thread stays in its process); the numbers do not depend on it. ``min_softmax_growth_r2``:
-    the check that softmax's ``log2 N_max`` is linear in ``d`` needs at least this R²."""
+    the check that softmax's ``log2 N_max`` is linear in ``d`` needs at least this R².
+    ``grid_power``: the degree of the grid's power separation; ``digits_power_degrees``: the
+    degrees of the power separation measured on digits at the first ``digits_n``."""
 
     seed: int = 0
     seeds: int = 3
@@ -44,6 +46,7 @@ class CapacityConfig:
     sphere_tolerance: float = 0.01
     grid_beta: float = 100.0
     grid_power: int = 3
+    digits_power_degrees: list[int] = field(default_factory=lambda: [3, 10, 30, 100])
     grid_random_d: int = 24
     grid_random_flip_fraction: float = 0.1
     digits_n: list[int] = field(default_factory=lambda: [100, 1000])
@@ -100,6 +103,8 @@ class CapacityConfig:
             raise ValueError(f"workers: must be an integer >= 0 (0: automatic), got {self.workers}")
         for n in self.energy_check_n:
             check_positive_int("energy_check_n", n)
+        for n in self.digits_power_degrees:
+            check_positive_int("digits_power_degrees", n)
         for case in self.ols_energy_cases:
             if len(case) != 2 or not all(v > 0 for v in case):
                 raise ValueError(

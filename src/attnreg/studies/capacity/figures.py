@@ -215,6 +215,7 @@ def grid_figure(rows: list[dict[str, Any]]) -> Figure:
     """Heatmaps of the Universal Hopfield grid: digits recall per (query, N), random N_max."""
     recall = [r for r in rows if r["kind"] == "recall"]
     panels = sorted({(r["query"], r["n"]) for r in recall})
+    power = next((int(r["power"]) for r in recall), None)  # the grid's degree
     fig, axes = new_figure(1, len(panels) + 1, figsize=(4.2 * (len(panels) + 1), 4))
     axes = np.atleast_1d(axes)
     for ax, (query, n) in zip(axes, panels, strict=False):
@@ -224,7 +225,8 @@ def grid_figure(rows: list[dict[str, Any]]) -> Figure:
             if r["query"] == query and r["n"] == n
         }
         grid = np.array([[cells[(s, p)] for p in UHN_SEPARATIONS] for s in GRID_SIMILARITIES])
-        _heatmap(ax, grid, f"digits, {query} query, N = {n}\nrecall fraction", "{:.2f}", 0, 1)
+        title = f"digits, {query} query, N = {n}\nrecall fraction"
+        _heatmap(ax, grid, title, "{:.2f}", 0, 1, power)
     cap = {
         r["family"]: r for r in rows if r["kind"] == "capacity" and r["family"].startswith("uhn:")
     }
@@ -243,16 +245,25 @@ def grid_figure(rows: list[dict[str, Any]]) -> Figure:
             "{:.1f}",
             0,
             None,
+            power,
         )
     fig.tight_layout()
     return fig
 
 
 def _heatmap(
-    ax: Any, grid: np.ndarray, title: str, fmt: str, vmin: float, vmax: float | None
+    ax: Any,
+    grid: np.ndarray,
+    title: str,
+    fmt: str,
+    vmin: float,
+    vmax: float | None,
+    power: int | None = None,
 ) -> None:
+    """One similarity × separation heatmap; the power column names its degree ``power``."""
     image = ax.imshow(grid, cmap="viridis", vmin=vmin, vmax=vmax)
-    ax.set_xticks(range(len(UHN_SEPARATIONS)), UHN_SEPARATIONS)
+    labels = [f"power^{power}" if s == "power" and power else s for s in UHN_SEPARATIONS]
+    ax.set_xticks(range(len(UHN_SEPARATIONS)), labels, rotation=30, ha="right")
     ax.set_yticks(range(len(GRID_SIMILARITIES)), GRID_SIMILARITIES)
     ax.set_title(title, fontsize=9)
     for i in range(grid.shape[0]):

@@ -128,7 +128,49 @@ def _digits_grid(
     panel: dict[str, torch.Tensor] = {}
     with torch_threads(1):
         _digits_cells(config, images, rows, panel, tick)
+        _power_degrees(config, images, rows, tick)
     return rows, panel
+
+
+def _power_degrees(
+    config: CapacityConfig, images: torch.Tensor, rows: list[dict[str, Any]], tick: Tick
+) -> None:
+    """Recall of the power separation at each degree of ``config.digits_power_degrees`` (N =
+    the first ``digits_n``, both queries, every similarity; the grid's stored images and
+    queries for seed ``config.seed``); NaN where the weights ``sⁿ`` leave the float range."""
+    n = config.digits_n[0]
+    for query in ("mask", "noise"):
+        for sim in GRID_SIMILARITIES:
+            for degree in config.digits_power_degrees:
+                gen = fam.cell_generator(config.seed, f"digits:{query}", 64, n)
+                stored = images[torch.randperm(images.shape[0], generator=gen)[:n]]
+                try:
+                    recall, _, _ = fam.digits_recall(
+                        stored,
+                        sim,
+                        "power",
+                        query,
+                        beta=config.grid_beta,
+                        power=degree,
+                        sigma=config.digits_sigma,
+                        tolerance=config.digits_tolerance,
+                        gen=gen,
+                    )
+                except ValueError:  # the weights sᵈ leave the float range: not computable
+                    recall = float("nan")
+                rows.append(
+                    {
+                        "kind": "power_degree",
+                        "model": f"uhn({sim},power)",
+                        "similarity": sim,
+                        "query": query,
+                        "n": n,
+                        "power": degree,
+                        "recall": recall,
+                        "seed": config.seed,
+                    }
+                )
+                tick(f"digits {query} N={n} {sim}/power^{degree}")
 
 
 def _digits_cells(

@@ -150,7 +150,7 @@ def families(config: CapacityConfig) -> list[fam.Family]:
 
 def task_count(config: CapacityConfig) -> int:
     """Number of progress ticks of :func:`run` (one per family × d × seed, per energy family ×
-    d × seed, per digits cell)."""
+    d × seed, per digits cell and per power degree × query × similarity)."""
     energy_dims = (
         config.energy_quadratic_d,
         config.energy_power3_d,
@@ -160,7 +160,8 @@ def task_count(config: CapacityConfig) -> int:
     curves = sum(len(f.dims) for f in families(config)) * config.seeds
     curves += sum(len(dims) for dims in energy_dims) * config.seeds
     grid = len(GRID_SIMILARITIES) * len(UHN_SEPARATIONS) * 2 * len(config.digits_n) * config.seeds
-    return curves + grid + len(config.pinv_d)
+    degrees = len(GRID_SIMILARITIES) * 2 * len(config.digits_power_degrees)
+    return curves + grid + degrees + len(config.pinv_d)
 
 
 def capacity_row(config: CapacityConfig, family: fam.Family, d: int, tick: Tick) -> dict[str, Any]:

@@ -86,7 +86,8 @@ def train_convention(
     data: RegressionData, convention: str, cfg: CompareConfig, seed: int
 ) -> tuple[AttentionRegression, Any]:
     """Train the regression-like layer in ``convention`` with the compare recipe (module
-    docstring); returns the model (best weights) and the :class:`~attnreg.training.TrainResult`."""
+    docstring); returns the model (best weights) and the
+    :class:`~attnreg.training_config.TrainResult`."""
     x, y = torch.from_numpy(data.x_train), torch.from_numpy(data.y_train)
     fit, val = split_rows(x.shape[0], cfg.validation_fraction, seed)
     model = AttentionRegression(

@@ -4,6 +4,7 @@ compute, and noise with the Bayes-optimal estimator.
 
 Modules: :mod:`~attnreg.studies.depth.config` (a leaf), :mod:`~attnreg.studies.depth.iterates`,
 :mod:`~attnreg.studies.depth.trained`, :mod:`~attnreg.studies.depth.noise`,
+:mod:`~attnreg.studies.depth.claims` (the claims ledger),
 :mod:`~attnreg.studies.depth.summary`, :mod:`~attnreg.studies.depth.figures`,
 :mod:`~attnreg.studies.depth.run` (the runner)."""
 
@@ -20,6 +21,7 @@ SPEC = StudySpec(
     "GD, Newton–Schulz) needs to reach OLS against κ, with fitted slopes; which iterate each "
     "trained linear-attention layer matches; error against context size with label noise "
     "beside OLS, the Bayes-optimal ridge and the closed forms.",
+    ledger=True,
     title="depth — what depth buys against conditioning",
     extras=(Extra("--threads", "threads", "Torch intra-op threads (1 is fastest here).", int),),
     json_view="attnreg.studies.depth.run:json_rows",

@@ -26,7 +26,9 @@ class DepthConfig:
       on Gaussian inputs with ``κ(Σ)`` in ``train_kappas`` and ``N`` in ``train_n_ctx``
       (``train_d`` features), ``steps`` Adam steps of ``batch`` tasks at rate ``lr``; each
       layer matched against ``max_iterates`` iterates of GD, preconditioned GD and
-      Newton–Schulz on ``eval_tasks`` tasks.
+      Newton–Schulz on ``eval_tasks`` tasks. ``train_residual`` (default true: the residual
+      stream, von Oswald et al.'s architecture) and ``train_layernorm`` (default false: a
+      pre-attention LayerNorm in every layer) switch the trained stacks' architecture.
     * Noise: ``w ~ N(0, tau² I)``, ``x ~ N(0, I)`` in ``noise_d`` dimensions, label noise
       ``sigma``; a stack of ``noise_layers`` layers trained over the context sizes
       ``noise_n_ctx`` and one trained at ``mixed_n_ctx`` with ``σ ~ U(0, sigma_max)`` per task
@@ -50,6 +52,8 @@ class DepthConfig:
     train_layers: list[int] = field(default_factory=lambda: [1, 2, 4])
     train_kappas: list[float] = field(default_factory=lambda: [1.0, 10.0])
     train_n_ctx: list[int] = field(default_factory=lambda: [20])
+    train_residual: bool = True
+    train_layernorm: bool = False
     steps: int = 500
     batch: int = 256
     lr: float = 1e-2

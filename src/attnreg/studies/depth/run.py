@@ -24,15 +24,10 @@ from attnreg.core.threads import torch_threads
 from attnreg.depth import AtlasGrid, depth_atlas, fit_slopes
 from attnreg.progress import Progress
 from attnreg.studies.common import FigureRecord, StudyResult
+from attnreg.studies.depth.claims import depth_claims, middle_eps
 from attnreg.studies.depth.config import DepthConfig, config_dict
 from attnreg.studies.depth.noise import curve_rows, mixed_rows
-from attnreg.studies.depth.summary import (
-    atlas_summary,
-    lead,
-    middle_eps,
-    noise_summary,
-    trained_summary,
-)
+from attnreg.studies.depth.summary import atlas_summary, lead, noise_summary, trained_summary
 from attnreg.studies.depth.trained import trained_rows
 
 
@@ -52,7 +47,8 @@ def atlas_grid(cfg: DepthConfig) -> AtlasGrid:
 
 def run(cfg: DepthConfig | None = None, progress: Progress | None = None) -> StudyResult:
     """The atlas, the trained stacks and the noise curves of ``cfg`` (module docstring); rows,
-    figures, summary and checks. Writes nothing. Runs with ``cfg.threads`` torch threads."""
+    figures, summary, checks and the claims ledger (:mod:`~attnreg.studies.depth.claims`).
+    Writes nothing. Runs with ``cfg.threads`` torch threads."""
     cfg = cfg or DepthConfig()
     with torch_threads(cfg.threads):
         return _run(cfg, progress or Progress.quiet())
@@ -70,13 +66,13 @@ def _run(cfg: DepthConfig, progress: Progress) -> StudyResult:
     trained = trained_rows(cfg, progress)
     curve = curve_rows(cfg, progress)
     mixed = mixed_rows(cfg, progress)
-    parts = {"slope": slopes, "trained": [r for r in trained if r["kind"] == "trained"]}
-    summary: dict[str, str] = {"answer": lead(parts | {"mixed": mixed}, cfg)}
+    claims = depth_claims(slopes + trained + curve + mixed, cfg)
+    summary: dict[str, Any] = {"answer": lead(claims, slopes, cfg)}
     checks: list[dict[str, Any]] = []
     for part, part_checks in (
         atlas_summary(cfg, atlas, slopes),
         trained_summary(cfg, trained),
-        noise_summary(cfg, curve, mixed),
+        noise_summary(cfg, curve, mixed, claims),
     ):
         summary |= part
         checks += part_checks
@@ -105,7 +101,9 @@ def _run(cfg: DepthConfig, progress: Progress) -> StudyResult:
         "depth_matches": [r for r in trained if r["kind"] == "trained"],
         "depth_slopes": slopes,
     }
-    return StudyResult("depth", config_dict(cfg), rows, figures, summary, checks, tables)
+    return StudyResult(
+        "depth", config_dict(cfg), rows, figures, summary, checks, tables, claims=claims
+    )
 
 
 JSON_KINDS = ("atlas", "trained")

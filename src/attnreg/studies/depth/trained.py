@@ -4,7 +4,8 @@ preconditioned GD and Newton–Schulz (:mod:`attnreg.studies.depth.iterates`).
 
 Models: :class:`attnreg.models.TrainableLSA` (``variant="full"``: free ``KQ = W_Kᵀ W_Q`` and
 ``PV = P W_V`` per layer — the same functions as the four factors, without the factorisation's
-saddle; residual stream on, no LayerNorm: the von Oswald et al. 2023 architecture). Tasks:
+saddle; by default residual stream on, no LayerNorm: the von Oswald et al. 2023 architecture;
+``train_residual`` / ``train_layernorm`` of the config switch either). Tasks:
 ``x ~ N(0, Σ)``, ``κ(Σ) = kappa``, ``w ~ N(0, I)``, noiseless labels, one query. Each layer's
 prediction is the read-out of the hidden state after it (minus the query's y-slot).
 """
@@ -29,9 +30,18 @@ from attnreg.training import TrainConfig, generator, train
 def train_stack(
     sampler: TaskSampler, layers: int, steps: int, cfg: DepthConfig, seed: int, progress: Progress
 ) -> TrainableLSA:
-    """A ``layers``-deep LSA trained by Adam (cosine schedule, clip 10) on fresh batches of
+    """A ``layers``-deep LSA (residual stream and LayerNorm as ``cfg.train_residual`` and
+    ``cfg.train_layernorm`` say) trained by Adam (cosine schedule, clip 10) on fresh batches of
     ``cfg.batch`` tasks from ``sampler`` (float32)."""
-    model = TrainableLSA(sampler.d, 1, layers, init_scale=cfg.init_scale, seed=seed)
+    model = TrainableLSA(
+        sampler.d,
+        1,
+        layers,
+        init_scale=cfg.init_scale,
+        seed=seed,
+        residual=cfg.train_residual,
+        layernorm=cfg.train_layernorm,
+    )
     gen = generator(seed)
 
     def loss_fn(step: int) -> torch.Tensor:

@@ -16,7 +16,7 @@ from attnreg.core.validation import (
     check_seed,
 )
 
-# The training loop's schedules (``attnreg.training.SCHEDULES``; this module stays light).
+# The training loop's schedules (``attnreg.training_config.SCHEDULES``; this module stays light).
 SCHEDULES = ("constant", "cosine")
 
 

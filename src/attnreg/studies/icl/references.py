@@ -16,7 +16,7 @@ from attnreg.estimators import (
     ZeroPredictor,
     optimal_preconditioner,
 )
-from attnreg.explaining import fit_family
+from attnreg.family_fit import fit_family
 from attnreg.studies.icl.config import ModelSpec
 
 

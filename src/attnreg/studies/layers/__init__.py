@@ -5,7 +5,8 @@ regression-as-memory claim).
 Modules: :mod:`~attnreg.studies.layers.config` (settings and profiles, a leaf),
 :mod:`~attnreg.studies.layers.model` (one trainable causal layer over in-context tokens),
 :mod:`~attnreg.studies.layers.curves` (loss against context position),
-:mod:`~attnreg.studies.layers.memory` (recall against N/d), :mod:`~attnreg.studies.layers.figures`
+:mod:`~attnreg.studies.layers.memory` (recall against N/d), :mod:`~attnreg.studies.layers.claims`
+(the claims ledger), :mod:`~attnreg.studies.layers.summary`, :mod:`~attnreg.studies.layers.figures`
 and :mod:`~attnreg.studies.layers.run` (the runner). This ``__init__`` stays light."""
 
 from attnreg.studies.layers.config import LAYERS, LayersConfig, full_config, quick_config
@@ -23,6 +24,7 @@ SPEC = StudySpec(
     "estimator each computes (GD, LMS, ridge, kernel smoother, local linear) with its fitted "
     "parameter and R²; and recall of stored pairs against N/d for correlated keys (linear "
     "attention vs DeltaNet vs Mesa).",
+    ledger=True,
     title="layers — what each sequence layer learns in context",
     extras=(
         Extra("--layers", "layers", "Comma-separated subset of the layers to train.", comma_list),

@@ -30,7 +30,8 @@ import torch
 from attnreg.core.threads import torch_threads
 from attnreg.explaining import Explanation, explain
 from attnreg.progress import Progress
-from attnreg.studies.common import StudyResult, check
+from attnreg.studies.common import StudyResult
+from attnreg.studies.layers.claims import layers_claims
 from attnreg.studies.layers.config import LAYERS, LayersConfig, config_dict
 from attnreg.studies.layers.curves import (
     make_sampler,
@@ -41,6 +42,7 @@ from attnreg.studies.layers.curves import (
 )
 from attnreg.studies.layers.memory import capacity, memories, memory_rows
 from attnreg.studies.layers.model import InContextLayer, as_predictor
+from attnreg.studies.layers.summary import summarise
 from attnreg.studies.layers.train import train_layer
 from attnreg.training import generator
 
@@ -48,8 +50,8 @@ from attnreg.training import generator
 def run(cfg: LayersConfig | None = None, progress: Progress | None = None) -> StudyResult:
     """Train every layer of ``cfg.layers`` on every task kind of ``cfg.tasks``, explain each,
     measure the loss at every context position and the memories' recall; return the rows,
-    figures, summary and checks (thresholds ``cfg.max_mesa_error``, ``cfg.min_r2``). Writes
-    nothing; ``progress`` shows a stage per trained layer."""
+    figures, summary, checks (thresholds ``cfg.max_mesa_error``, ``cfg.min_r2``) and claims
+    ledger. Writes nothing; ``progress`` shows a stage per trained layer."""
     cfg = cfg or LayersConfig()
     with torch_threads(cfg.threads):
         return _run(cfg, progress or Progress.quiet())
@@ -82,8 +84,6 @@ def _run(cfg: LayersConfig, progress: Progress) -> StudyResult:
 
     t_start, cpu_start = time.perf_counter(), time.process_time()
     rows: list[dict[str, Any]] = []
-    summary: dict[str, str] = {}
-    checks: list[dict[str, Any]] = []
     for ti, kind in enumerate(cfg.tasks):
         sampler = make_sampler(cfg, kind)
         test = sequence(
@@ -132,16 +132,23 @@ def _run(cfg: LayersConfig, progress: Progress) -> StudyResult:
                     "seed": seed,
                 }
             )
-    mem = memory_rows(cfg)
-    rows += mem
-    _summarise(cfg, rows, summary, checks)
+    rows += memory_rows(cfg)
+    claims = layers_claims(rows, cfg)
+    summary, checks = summarise(cfg, rows, claims)
     figures = make_figures(cfg, rows)
     summary["time"] = (
         f"{time.perf_counter() - t_start:.1f} s wall, {time.process_time() - cpu_start:.1f} s "
         f"CPU ({cfg.threads} thread(s))"
     )
     return StudyResult(
-        "layers", config_dict(cfg), rows, figures, summary, checks, tables=_tables(cfg, rows)
+        "layers",
+        config_dict(cfg),
+        rows,
+        figures,
+        summary,
+        checks,
+        tables=_tables(cfg, rows),
+        claims=claims,
     )
 
 
@@ -182,57 +189,3 @@ def _tables(cfg: LayersConfig, rows: list[dict[str, Any]]) -> dict[str, list[dic
         for rho in cfg.memory_rhos
     ]
     return {"layers_explained": explained, "layers_capacity": capacities}
-
-
-def _summarise(
-    cfg: LayersConfig,
-    rows: list[dict[str, Any]],
-    summary: dict[str, str],
-    checks: list[dict[str, Any]],
-) -> None:
-    """Summary lines (one per trained layer and per memory) and the checks."""
-    layer_rows = [r for r in rows if r["kind"] == "layer"]
-    mem = [r for r in rows if r["kind"] == "memory"]
-    d = cfg.memory_d
-    caps = {
-        m: [capacity(mem, m, rho, cfg.recall_eps) for rho in cfg.memory_rhos] for m in memories(cfg)
-    }
-    mesa_err = max(r["max_error"] for r in mem if r["memory"] == "Mesa" and r["n"] <= d)
-    claim = all(c == max(r["n"] for r in mem if r["n"] <= d) for c in caps["Mesa"])
-    rhos = "/".join(f"{rho:g}" for rho in cfg.memory_rhos)
-    named = sum(r["best_family"] is not None for r in layer_rows)
-    summary["lead"] = (
-        f"{named} of {len(layer_rows)} trained layers are named by a family (held-out R² ≥ 0.5); "
-        f"Mesa stores exactly up to N = d = {d} at ρ = {rhos} (largest error {mesa_err:.1e}): "
-        + ("Tang's N_max = d holds." if claim else "Tang's N_max = d is NOT what was measured.")
-    )
-    for r in layer_rows:
-        symbol = "β" if r["layer"] in ("delta", "longhorn") else "λ"
-        learned = (
-            "" if r["learned"] is None else f"learned {symbol} {r['learned']:.3g} on keys W_K x; "
-        )
-        family = r["best_family"] or "no family"
-        summary[f"{r['tasks']} · {r['layer']}"] = (
-            f"{family} ({r['best_params']}; R² {r['best_r2']:.4f}); {learned}loss at n = "
-            f"{cfg.n_ctx} {r['loss_last']:.4g} vs {r['optimal']} {r['optimal_loss_last']:.4g}"
-        )
-        if r["tasks"] == "clean":
-            checks.append(
-                check(
-                    f"clean {r['layer']}: best family's held-out R²", r["best_r2"], ">=", cfg.min_r2
-                )
-            )
-    for m in memories(cfg):
-        at_d = [r["mean_error"] for r in mem if r["memory"] == m and r["n"] == d]
-        summary[f"memory · {m}"] = (
-            f"N_max at ρ = {rhos}: {'/'.join(str(c) for c in caps[m])} (d = {d}); mean relative "
-            "squared error at N = d: " + "/".join(f"{e:.2g}" for e in at_d)
-        )
-    checks.append(
-        check(
-            "Mesa largest relative squared recall error at N ≤ d",
-            mesa_err,
-            "<=",
-            cfg.max_mesa_error,
-        )
-    )

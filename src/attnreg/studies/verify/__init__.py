@@ -4,6 +4,8 @@ Modules: :mod:`~attnreg.studies.verify.config` (settings and profiles, a leaf),
 :mod:`~attnreg.studies.verify.references` (the independent numpy / scikit-learn references),
 :mod:`~attnreg.studies.verify.certificate` (the cases, the checks, the rows),
 :mod:`~attnreg.studies.verify.sequence_rows` (the sequence layers' rows),
+:mod:`~attnreg.studies.verify.stack_rows` and :mod:`~attnreg.studies.verify.stack_references`
+(the fixed-weight stacks' rows, every hidden state, and their numpy iterations),
 :mod:`~attnreg.studies.verify.figures`, :mod:`~attnreg.studies.verify.run` (the runner). This
 ``__init__`` stays light: the config and :data:`SPEC`, from which the registry builds
 ``attnreg verify``, its sweep cells and its report section."""
@@ -20,8 +22,10 @@ SPEC = StudySpec(
     help="The equivalence certificate: build every construction (OLS-Transformer, "
     "OLS-attention, GD/GD++/preconditioned LSA, mesa layer) and every sequence layer of "
     "attnreg.sequence from random tasks, including degenerate and extreme-scale designs, run "
-    "its forward pass and compare it with numpy / scikit-learn. Exit status 1 if any row "
-    "exceeds its tolerance.",
+    "its forward pass and compare it with numpy / scikit-learn; the fixed-weight stacks (GD, "
+    "GD++, preconditioned GD, Newton–Schulz, kernel Richardson) at several depths, every "
+    "hidden state against the iteration in numpy. Exit status 1 if any row exceeds its "
+    "tolerance.",
     title="verify — the equivalence certificate",
     extras=(
         Extra("--dtype", "dtypes", "Precision to check: float64, float32 or both.", parse_dtypes),

@@ -9,7 +9,10 @@ and compare with an independent numpy / scikit-learn reference
 (:mod:`attnreg.studies.verify.references`) on the same (dtype-rounded) data. The sequence
 layers of :mod:`attnreg.sequence` get a row each on every case too, each task read as one causal
 sequence (:mod:`attnreg.studies.verify.sequence_rows`, which states their token mapping and
-their rounding-error tolerances).
+their rounding-error tolerances). The fixed-weight stacks (GD, GD++, preconditioned GD,
+Newton–Schulz, kernel Richardson) get a row per depth on every case too, every hidden state
+against the iteration in numpy (:mod:`attnreg.studies.verify.stack_rows`, which states their
+error bounds).
 
 Task shapes (:data:`CASES`): random designs with ``N > d``, ``N = d``, ``N < d`` (rank N), several
 targets, a batch, an ill-conditioned design; and the degenerate designs users have — an all-zero
@@ -93,6 +96,7 @@ from attnreg.core.whitening import ConditioningWarning, RankWarning
 from attnreg.studies.verify import references as ref
 from attnreg.studies.verify.config import DTYPES, VerifyConfig
 from attnreg.studies.verify.sequence_rows import sequence_rows
+from attnreg.studies.verify.stack_rows import gd_scale, stack_rows
 
 NP_DTYPES: dict[str, type[np.floating[Any]]] = {"float64": np.float64, "float32": np.float32}
 SCALE_EXPONENT = {"float64": 664, "float32": 83}
@@ -374,11 +378,6 @@ def inverted_condition(x: np.ndarray, lam: float) -> float:
     return worst
 
 
-def _scale_for_gd(x: np.ndarray) -> float:
-    """Divide X by this so that ``λ_max(XᵀX)/N ≤ 1`` and the GD steps above stay stable."""
-    return float(max(np.linalg.norm(xb, 2) / np.sqrt(xb.shape[0]) for xb in x))
-
-
 def certificate(cfg: VerifyConfig | None = None) -> list[dict[str, Any]]:
     """Run every construction and every sequence layer
     (:mod:`~attnreg.studies.verify.sequence_rows`) on every case and dtype; one row per
@@ -397,6 +396,8 @@ def certificate(cfg: VerifyConfig | None = None) -> list[dict[str, Any]]:
                 for seq in sequence_rows(data, k, dtype, cfg, own):
                     row = (seq.construction, seq.reference, seq.bound)
                     rows.append(_measure(row, seq.run, seq.expected, case, dtype, cfg))
+                stacks = np.random.default_rng([cfg.seed, index, 1])
+                rows += stack_rows(data, k, case.describe(), dtype, cfg, stacks)
     return rows
 
 
@@ -413,7 +414,7 @@ def _compare(
     ``2^k``."""
     x, y, q = data["x"], data["y"], data["q"]
     if check.lam is None:
-        x = x / _scale_for_gd(x)
+        x = x / gd_scale(x)
         x_in, q_in = x, q
     else:
         x_in, q_in = np.ldexp(x, k), np.ldexp(q, k)

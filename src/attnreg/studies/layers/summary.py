@@ -1,0 +1,117 @@
+"""The ``layers`` study's summary — a short lead and two small tables (what each trained layer
+computes; each memory's capacity), numbers from the rows and verdicts from the claims
+(:mod:`~attnreg.studies.layers.claims`) — and its checks (thresholds: config fields)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnreg.studies.common import check, summary_table
+from attnreg.studies.layers.claims import TANG, WANG
+from attnreg.studies.layers.config import LayersConfig
+from attnreg.studies.layers.memory import capacity, memories
+from attnreg.studies.ledger import UNTESTABLE, Claim
+
+
+def lead(claims: list[Claim], named: int, trained: int, cfg: LayersConfig) -> str:
+    """The answer in two or three short sentences: the claims the measurement contradicts (in
+    full or in part) first, then the ones that hold, each named by a short label."""
+    labels = (
+        (WANG, "every", f"each trained layer is one estimator (R² ≥ {cfg.min_r2:g})"),
+        (TANG, "the regression", "Mesa stores N_max = d pairs exactly"),
+        (
+            TANG,
+            "on correlated",
+            "DeltaNet and Mesa recall more than linear attention on correlated keys",
+        ),
+    )
+    found = [
+        (label, claim)
+        for source, start, label in labels
+        for claim in claims
+        if claim.source == source and claim.words.startswith(start)
+    ]
+    against = [label for label, c in found if c.contradicted()]
+    held = [label for label, c in found if not c.contradicted() and c.verdict() != UNTESTABLE]
+    parts = []
+    if against:
+        parts.append(f"Contradicted (in full or in part, see the ledger): {'; '.join(against)}.")
+    if held:
+        parts.append(f"Holds: {'; '.join(held)}.")
+    return " ".join([*parts, f"{named} of {trained} trained layers are named by a family."])
+
+
+def summarise(
+    cfg: LayersConfig, rows: list[dict[str, Any]], claims: list[Claim]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The lead, the trained-layer table and the memory table; the checks (each clean layer's
+    best family's R² ≥ ``cfg.min_r2``, Mesa's error at N ≤ d ≤ ``cfg.max_mesa_error``)."""
+    layer_rows = [r for r in rows if r["kind"] == "layer"]
+    mem = [r for r in rows if r["kind"] == "memory"]
+    d = cfg.memory_d
+    mesa_err = max(r["max_error"] for r in mem if r["memory"] == "Mesa" and r["n"] <= d)
+    named = sum(r["best_family"] is not None for r in layer_rows)
+    summary: dict[str, Any] = {"lead": lead(claims, named, len(layer_rows), cfg)}
+    checks = []
+    table = []
+    for r in layer_rows:
+        symbol = "β" if r["layer"] in ("delta", "longhorn") else "λ"
+        learned = "" if r["learned"] is None else f"{symbol} = {r['learned']:.3g}"
+        table.append(
+            [
+                r["tasks"],
+                r["layer"],
+                r["best_family"] or "none",
+                r["best_params"] or "",
+                f"{r['best_r2']:.4f}",
+                learned,
+                f"{r['loss_last']:.4g}",
+                f"{r['optimal']}: {r['optimal_loss_last']:.4g}",
+            ]
+        )
+        if r["tasks"] == "clean":
+            checks.append(
+                check(
+                    f"clean {r['layer']}: best family's held-out R²", r["best_r2"], ">=", cfg.min_r2
+                )
+            )
+    summary["what each trained layer computes"] = summary_table(
+        f"The estimator explain names for each trained layer (held-out R²), the layer's learned "
+        f"scalar (on keys W_K x), and its loss at n = {cfg.n_ctx} beside the posterior mean's.",
+        ["tasks", "layer", "estimator", "parameters", "R²", "learned", "loss", "optimal: loss"],
+        table,
+    )
+    rhos = cfg.memory_rhos
+    summary["memory: pairs recalled against N/d"] = summary_table(
+        f"N_max: the largest grid N (N/d = {', '.join(f'{x:g}' for x in cfg.memory_ratios)}; "
+        f"d = {d}) up to which ≥ 1 − {cfg.recall_eps:g} of the pairs are recalled; then the "
+        f"mean relative squared error at N = d. Mesa's largest error at N ≤ d: {mesa_err:.1e}.",
+        ["memory"]
+        + [f"N_max, ρ = {rho:g}" for rho in rhos]
+        + [f"error at N = d, ρ = {rho:g}" for rho in rhos],
+        [
+            [m]
+            + [capacity(mem, m, rho, cfg.recall_eps) for rho in rhos]
+            + [
+                next(
+                    (
+                        f"{r['mean_error']:.2g}"
+                        for r in mem
+                        if r["memory"] == m and r["rho"] == rho and r["n"] == d
+                    ),
+                    "–",
+                )
+                for rho in rhos
+            ]
+            for m in memories(cfg)
+        ],
+    )
+    checks.append(
+        check(
+            "Mesa largest relative squared recall error at N ≤ d",
+            mesa_err,
+            "<=",
+            cfg.max_mesa_error,
+        )
+    )
+    return summary, checks
