@@ -1,12 +1,9 @@
 """The linear path: identity separation with a bilinear similarity, ``Q (β M (Kᵀ V) W_O)``.
 
 Linear in N and M: the ``d × do`` state ``Kᵀ V`` (the key-value state of linear attention,
-Katharopoulos et al. 2020) comes first, so no ``M × N`` matrix is formed. Three shortcuts give the
+Katharopoulos et al. 2020) comes first, so no ``M × N`` matrix is formed. Two shortcuts give the
 same number as the plain formula up to rounding:
 
-* **narrowing read-out** — an output projection with fewer columns than the values
-  (``do < dv``, e.g. one target column) is applied to the values first: ``Q (β M Kᵀ (V W_O))``
-  costs ``N·dv·do + N·d·do`` flops for the state instead of ``N·d·dv``;
 * **shared heads** — keys, values or queries that every head shares (a stride-0 head axis, as
   ``expand`` makes) are multiplied once, not once per head;
 * **overflow** — if ``M · (Kᵀ V)`` is not finite because of features the metric ignores
@@ -98,8 +95,6 @@ def _linear_block(
     scale: float,
     mean_divisor: int,
 ) -> torch.Tensor:
-    if w_o is not None and v.ndim == 3 and w_o.shape[-1] < v.shape[-1]:
-        v, w_o = project(v, w_o), None  # narrowing W_O: Kᵀ (V W_O) is d × do, not d × dv
     state = _state(k, v, mean_divisor)
     if metric is not None:
         weighted = metric @ state
