@@ -123,12 +123,12 @@ def _p8_bound(layer: str, x: dict) -> torch.Tensor:
     perturbation bound)`` for Mesa (the bounds of tests/test_sequence_fla.py)."""
     q, k, v, beta = (x[n].double().numpy() for n in ("q", "k", "v", "beta"))
     d, t_len = q.shape[-1], q.shape[2]
-    if layer in ("linear_attention", "delta_rule"):
+    if layer in ("linear_attention", "delta_rule", "mesa"):
         alpha = np.ones(beta.shape)
     else:
         alpha = x["alpha"].double().numpy()
     n = d + ref.heads(ref.log_budget, alpha)
-    if layer == "mesa":
+    if layer in ("mesa", "gated_mesa"):
         lam = np.broadcast_to(x["lam"].double().numpy(), (*q.shape[:2], d))
         _, parts = ref.heads(ref.decayed_ridge, q, k, v, beta, alpha, lam)
         return torch.from_numpy(16 * ref.U32 * n * parts)
@@ -165,9 +165,13 @@ def test_p8_smoke_rows_are_consistent_and_agree_with_fla():
         ]
         assert row["passed"] == all(c["passed"] for c in checks)
         layers = details["layers"]
-        assert list(layers) == list(p8_sequence.P8_LAYERS)
-        speedups = [layers[n]["speedup_vs_fla_recurrent"] for n in layers]
+        assert list(layers) == [*p8_sequence.P8_LAYERS, *p8_sequence.REPORTED_LAYERS]
+        speedups = [layers[n]["speedup_vs_fla_recurrent"] for n in p8_sequence.P8_LAYERS]
         assert row["value"] == checks[0]["value"] == min(speedups)
+        ratios = [layers[n]["time_vs_fla_chunk"] for n in p8_sequence.P8_LAYERS]
+        assert checks[1]["value"] == max(ratios)
+        assert all("note" not in layers[n] for n in p8_sequence.P8_LAYERS)
+        assert all(layers[n]["note"] for n in p8_sequence.REPORTED_LAYERS)
         x = p8_sequence.p8_inputs(SMOKE.p8_heads, SMOKE.p8_length, SMOKE.p8_d)
         for name, layer in layers.items():
             seconds = layer["seconds"]

@@ -61,7 +61,8 @@ ALLOWED: dict[str, str] = {
     "against",
     "bench/p7_kernel_smoother.py": "benchmark: the SDPA timing reference and a float64 softmax "
     "over all keys for the agreement check",
-    "studies/verify/certificate.py": "designs built from SVD factors (data generation)",
+    "studies/verify/cases.py": "designs built from SVD factors (data generation)",
+    "studies/verify/checks.py": "the preconditioned-GD row's d × d preconditioner G Gᵀ/d + I",
     "studies/verify/references.py": "the numpy references the sequence layers are certified "
     "against: the decayed sum Σ γ (q_tᵀk_i) v_i and the softmax weights of the smoothers",
     "memory/classical.py": "the asynchronous dense-associative-memory sweep updates the "

@@ -23,6 +23,7 @@ from attnreg.sequence import (
     local_linear_attention,
     longhorn,
     mesa,
+    mesa_blocked,
     softmax_attention,
 )
 
@@ -303,18 +304,77 @@ def test_mesa_is_decayed_ridge_per_prefix(kind, decay, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("decay", [None, "token"])
 @pytest.mark.parametrize("s", [BIG, SMALL])
-def test_mesa_at_extreme_scale(s, mode):
+def test_mesa_at_extreme_scale(s, decay, mode):
     """Keys and queries times ``s``, ``λ s²``: ``H^{kk} + Λ`` scales by ``s²``, ``H^{kv}`` by
-    ``s``, so ``o_t`` is unchanged."""
+    ``s``, so ``o_t`` is unchanged (without decay the chunked form is the blocked one)."""
     q, k, v = draw("correlated", 13)
     beta = np.random.default_rng(13).uniform(0.1, 1.0, (B, H, T))
-    alpha = gates(13, "token")
+    alpha = gates(13, decay)
     out = mesa(s * q, s * k, v, beta, decay=alpha, lam=0.3 * s**2, mode=mode).numpy()
     want, parts = ref.heads(
-        lambda qq, kk, vv, bb, aa: ref.decayed_ridge(qq, kk, vv, bb, aa, 0.3), q, k, v, beta, alpha
+        lambda qq, kk, vv, bb, aa: ref.decayed_ridge(qq, kk, vv, bb, aa, 0.3),
+        q,
+        k,
+        v,
+        beta,
+        full(alpha),
     )
     assert np.all(per_position_norm(out - want) <= mesa_bound(parts, alpha))
+
+
+@pytest.mark.parametrize("limit", [0.0, mesa_blocked.MAX_GROWTH, np.inf])
+@pytest.mark.parametrize("kind", KINDS)
+def test_mesa_blocked_form_is_ridge_per_prefix(kind, limit, monkeypatch):
+    """Without decay, in ten blocks of 8 tokens (t < d in the first): the blocked Woodbury form
+    in every block (growth limit ∞), the per-position solve in every block (limit 0) and the
+    default mix are the numpy ridge fit per prefix, with ``β = 0`` tokens (a whole block of
+    them, and every fifth token)."""
+    monkeypatch.setattr(mesa_blocked, "MAX_GROWTH", limit)
+    q, k, v = draw(kind, 17)
+    rng = np.random.default_rng(17)
+    beta = rng.uniform(0.1, 1.0, (B, H, T))
+    beta[..., 8:16] = 0.0
+    beta[..., ::5] = 0.0
+    lam = rng.uniform(0.05, 1.0, (H, D))
+    args = (torch.from_numpy(np.ascontiguousarray(a)) for a in (q, k, v, beta))
+    out = mesa_blocked.mesa_chunked(*args, None, torch.from_numpy(lam), chunk=8).numpy()
+    lams = np.broadcast_to(lam, (B, H, D))
+    want, parts = ref.heads(ref.decayed_ridge, q, k, v, beta, full(None), lams)
+    assert np.all(per_position_norm(out - want) <= mesa_bound(parts, None))
+
+
+def test_mesa_with_unit_decay_is_the_blocked_form():
+    """``decay`` all 1 takes the blocked form: the same numbers as ``decay=None``, both the
+    numpy ridge fit."""
+    q, k, v = draw("random", 18)
+    beta = np.random.default_rng(18).uniform(0.1, 1.0, (B, H, T))
+    plain = mesa(q, k, v, beta, lam=0.4).numpy()
+    ones = mesa(q, k, v, beta, decay=np.ones((B, H, T)), lam=0.4).numpy()
+    want, parts = ref.heads(
+        lambda qq, kk, vv, bb: ref.decayed_ridge(qq, kk, vv, bb, np.ones(T), 0.4), q, k, v, beta
+    )
+    assert np.array_equal(plain, ones)
+    assert np.all(per_position_norm(plain - want) <= mesa_bound(parts, None))
+
+
+@pytest.mark.parametrize("size", [1, 5, 8, 9, 17, 64, 70])
+def test_lower_inverse_is_the_triangular_inverse(size):
+    """``mesa_blocked.lower_inverse`` (halves, row substitution below 8 rows) against numpy's
+    inverse: lower triangular, residual ``|X L − I| ≤ 2 n u |X| |L|`` (the bound of triangular
+    inversion, Higham 2002 §8.3), and within ``2 n u κ`` of ``numpy.linalg.inv``."""
+    rng = np.random.default_rng(size)
+    low = np.tril(rng.standard_normal((3, size, size))) / np.sqrt(size)
+    low[..., np.arange(size), np.arange(size)] = rng.uniform(0.5, 2.0, (3, size))
+    x = mesa_blocked.lower_inverse(torch.from_numpy(low)).numpy()
+    assert np.all(np.triu(x, 1) == 0)
+    eye = np.eye(size)
+    assert np.all(np.abs(x @ low - eye) <= 2 * size * ref.U64 * (np.abs(x) @ np.abs(low)))
+    want = np.linalg.inv(low)
+    kappa = np.linalg.norm(low, 2, axis=(-2, -1)) * np.linalg.norm(want, 2, axis=(-2, -1))
+    err = np.linalg.norm(x - want, 2, axis=(-2, -1)) / np.linalg.norm(want, 2, axis=(-2, -1))
+    assert np.all(err <= 2 * size * ref.U64 * kappa)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -458,3 +518,28 @@ def test_chunked_forms_equal_the_recurrences_at_moderate_length(decayed):
     want, parts = ref.decayed_ridge(q[0, 0], k[0, 0], v[0, 0], beta[0, 0], alpha[0, 0], lam)
     for out in ms:
         assert np.all(np.linalg.norm(out - want, axis=-1) <= 8 * ref.U64 * n * parts)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_ut_transform_solve_is_a_triangular_solve(kind):
+    """The delta rule's block solve ``(I + A)⁻¹ R`` (block forward substitution on the halves,
+    with the half-block inverses from ``lower_inverse``) against scipy's triangular solve, for
+    ``A`` the strictly lower part of ``diag(β) K Kᵀ`` of random, nearly collinear and
+    rank-deficient keys, in float64: within ``4 u C |T| |I + A| |X|`` elementwise (the forward
+    error of a triangular solve)."""
+    from scipy.linalg import solve_triangular
+
+    from attnreg.sequence.chunked import _unit_lower_solve, lower_inverse
+
+    c, h = 64, 32
+    _, k, v = draw(kind, 31, t=c, d=D)
+    beta = np.random.default_rng(31).uniform(0.0, 1.5, c)
+    lower = np.tril(beta[:, None] * (k[0, 0] @ k[0, 0].T), -1)
+    rhs = np.hstack([beta[:, None] * v[0, 0], beta[:, None] * k[0, 0]])
+    unit = np.eye(c) + lower
+    halves = torch.from_numpy(np.stack([unit[:h, :h], unit[h:, h:]]))
+    inverses = lower_inverse(halves).reshape(c, h)
+    got = _unit_lower_solve(torch.from_numpy(lower), torch.from_numpy(rhs), inverses).numpy()
+    want = solve_triangular(unit, rhs, lower=True, unit_diagonal=True)
+    t_abs = np.abs(solve_triangular(unit, np.eye(c), lower=True, unit_diagonal=True))
+    assert np.all(np.abs(got - want) <= 4 * ref.U64 * c * (t_abs @ np.abs(unit) @ np.abs(want)))

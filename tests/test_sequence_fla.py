@@ -162,12 +162,16 @@ def test_gated_delta_rule(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_mesa_net_exact(mode):
-    """MesaNet's exact reference: no query scaling, ``λ (H, d_k)``, gates as log-decays."""
+@pytest.mark.parametrize("gated", [True, False])
+def test_mesa_net_exact(gated, mode):
+    """MesaNet's exact reference: no query scaling, ``λ (H, d_k)``, gates as log-decays; the
+    Mesa layer without decay is its log-gate 0."""
     fla = naive("mesa_net")
     q, k, v, beta, g = data(5, normalize=True)
     lam = 0.1 + torch.rand(H, D, generator=torch.Generator().manual_seed(5))
-    ours = mesa(q, k, v, beta, decay=g.exp(), lam=lam, mode=mode)
+    if not gated:
+        g = torch.zeros_like(g)
+    ours = mesa(q, k, v, beta, decay=g.exp() if gated else None, lam=lam, mode=mode)
     tr = lambda x: x.transpose(1, 2).contiguous()  # noqa: E731
     theirs = fla_layout(fla.naive_mesa_net_exact(tr(q), tr(k), tr(v), tr(g), lam, tr(beta))[0])
     _, parts = ref.heads(

@@ -9,17 +9,11 @@ from typer.testing import CliRunner
 
 from attnreg.cli import app
 from attnreg.studies.verify import references as ref
-from attnreg.studies.verify.certificate import (
-    CASES,
-    SCALE_EXPONENT,
-    Case,
-    Check,
-    _compare,
-    certificate,
-    make_task,
-    scale_exponent,
-)
+from attnreg.studies.verify.cases import CASES, SCALE_EXPONENT, Case, make_task, scale_exponent
+from attnreg.studies.verify.certificate import certificate
+from attnreg.studies.verify.checks import Check
 from attnreg.studies.verify.config import VerifyConfig
+from attnreg.studies.verify.construction_rows import _compare
 
 runner = CliRunner()
 KEYS = {"construction", "reference", "dtype", "shape", "max_abs_err", "rel_err", "tol", "passed"}
@@ -244,7 +238,7 @@ def test_the_mesa_rows_tolerance_is_the_worst_prefix_condition():
     the full design's κ would understate the error by 40×)."""
     import numpy as np
 
-    from attnreg.studies.verify.certificate import _checks
+    from attnreg.studies.verify.checks import construction_checks
 
     cfg = VerifyConfig(seed=9, dtypes=["float32"])
     rows = certificate(cfg)
@@ -255,7 +249,7 @@ def test_the_mesa_rows_tolerance_is_the_worst_prefix_condition():
     for case in CASES:  # replay the certificate's draws up to the huge-scale task
         data = make_task(case, "float32", rng)
         k = scale_exponent(case, "float32")
-        _checks(case, cfg, rng, k)
+        construction_checks(case, cfg, rng, k)
         if case.describe() == huge["shape"]:
             break
     x = data["x"][0]

@@ -16,7 +16,7 @@ from attnreg.constructions import LSAStack, NewtonStack
 from attnreg.core.threads import torch_threads
 from attnreg.studies.verify import stack_references as sref
 from attnreg.studies.verify import stack_rows as sr
-from attnreg.studies.verify.certificate import CASES, make_task, scale_exponent
+from attnreg.studies.verify.cases import CASES, gd_scale, make_task, scale_exponent
 from attnreg.studies.verify.config import VerifyConfig
 
 FAMILIES = ("GD,", "GD++,", "preconditioned GD (Γ),", "Newton–Schulz,", "kernel Richardson")
@@ -119,7 +119,7 @@ def test_a_perturbation_invisible_in_the_prediction_still_fails(monkeypatch):
 
     case = next(c for c in CASES if c.label == "N>d")
     data = make_task(case, "float64", np.random.default_rng(0))
-    x = data["x"] / sr.gd_scale(data["x"])
+    x = data["x"] / gd_scale(data["x"])
     alpha = sr.newton_start(x)
     clean = real(d, dy, 2, alpha, 0.0).predict(x, data["y"], data["q"])
     bent = newton(d, dy, 2, alpha, 0.0, torch.float64).predict(x, data["y"], data["q"])

@@ -67,7 +67,7 @@ from attnreg.sequence import (
     mesa,
     softmax_attention,
 )
-from attnreg.sequence.workload import attnreg_call, fla_calls, fla_naive, workload_inputs
+from attnreg.sequence.workload import attnreg_call, fla_calls, workload_inputs
 
 # Small tensors: one thread is fastest, and it keeps the page quick on a busy machine.
 torch.set_num_threads(1)
@@ -325,7 +325,8 @@ for name, (call, bound) in forms.items():
 # fla's references compute in float32 (they cast their inputs), so the comparison is in
 # float32: attnreg's chunked output and fla's recurrent and chunked references are each
 # compared with the float64 NumPy estimator of this page, within the float32 rounding bound
-# (`u = 2⁻²⁴`, the bounds above). For Mesa, fla's exact reference is used (its chunked Mesa runs
+# (`u = 2⁻²⁴`, the bounds above). For Mesa (without decay, and with MesaNet's decay:
+# `gated_mesa`), fla's exact reference is used (its chunked Mesa runs
 # 30 conjugate-gradient steps and is not exact). The online rules' worst-case bound above grows
 # like `t²` and at `T = 128` in float32 it would exceed the outputs themselves, so for the delta
 # rules the bound is a running-error bound (Higham, *Accuracy and Stability of Numerical
@@ -358,16 +359,6 @@ def lms_running(q, k, v, b, a):
     return np.array(out), 2 * U32 * np.array(bound)
 
 
-def fla_exact_mesa(x):
-    """fla's exact Mesa reference (its chunked Mesa is conjugate gradient, 30 steps, inexact)."""
-    tr = lambda t: t.transpose(1, 2).contiguous()  # noqa: E731
-    m = fla_naive("mesa_net")
-    out = m.naive_mesa_net_exact(
-        *(tr(x[n]) for n in ("q", "k", "v", "log_alpha")), x["lam"], tr(x["beta"])
-    )
-    return out[0]
-
-
 fla_rows = {}
 for layer in (
     "linear_attention",
@@ -375,13 +366,15 @@ for layer in (
     "delta_rule",
     "gated_delta_rule",
     "mesa",
+    "gated_mesa",
 ):
-    a = head0["alpha"] if layer != "linear_attention" and layer != "delta_rule" else np.ones(TF)
+    plain = layer in ("linear_attention", "delta_rule", "mesa")
+    a = np.ones(TF) if plain else head0["alpha"]
     qh, kh, vh, bh = head0["q"], head0["k"], head0["v"], head0["beta"]
-    if layer == "mesa":  # fla does not scale Mesa's queries
+    if "mesa" in layer:  # fla does not scale Mesa's queries; its exact reference (not CG)
         lam_h = x["lam"][0].double().numpy()
         want, bound = ridge_per_prefix(qh, kh, vh, bh, a, lam_h)
-        theirs = {"recurrent (exact)": lambda: fla_exact_mesa(x)}
+        theirs = {"recurrent (exact)": fla_calls(layer, x)["recurrent"]}
     elif "delta" in layer:
         want, bound = lms_running(scale * qh, kh, vh, bh, a)  # already the float32 bound
         theirs = fla_calls(layer, x)

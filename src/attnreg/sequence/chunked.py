@@ -9,8 +9,9 @@ from the block's start and the state ``S_0`` entering it,
 
 where ``u_i = v_i`` for linear attention. Every decay factor is ``e^{(≤ 0)}``, so nothing
 overflows whatever the gates. The intra-block terms of all blocks of a segment (``SEGMENT``
-tokens, so that a segment's temporaries stay in cache) are computed at once; only the
-``d_k × d_v`` state is carried from block to block and from segment to segment.
+tokens, so that a segment's temporaries stay in cache) are computed at once, on block-major
+copies ``(n, B·H, C, ·)`` (block ``j`` of every head is one contiguous batch of the products);
+only the ``d_k × d_v`` state is carried from block to block and from segment to segment.
 
 * **linear attention** (Katharopoulos et al. 2020; RetNet, Sun et al. 2023; GLA, Yang et al.
   2024; the chunkwise form of Yang et al. 2024, "Gated Linear Attention Transformers"):
@@ -19,14 +20,13 @@ tokens, so that a segment's temporaries stay in cache) are computed at once; onl
   Transformers with the Delta Rule over Sequence Length"): the pseudo-values
   ``u_t = β_t (v_t − α_t S_{t−1}ᵀ k_t)`` solve the unit lower-triangular system
   ``(I + A) U = diag(β) V − diag(β e^G) K S_0``, ``A_{ti} = β_t L_{ti} k_tᵀ k_i`` (``i < t``),
-  so ``U = Ũ − W S_0`` with ``Ũ = (I + A)⁻¹ diag(β) V`` and ``W = (I + A)⁻¹ diag(β e^G) K`` from one
-  triangular solve per block.
+  so ``U = Ũ − W S_0`` with ``Ũ = (I + A)⁻¹ diag(β) V`` and ``W = (I + A)⁻¹ diag(β e^G) K``: block
+  forward substitution on the two halves of each block, with the inverses of the diagonal
+  half-blocks from :func:`lower_inverse` (batched products, all blocks at once).
 * **Longhorn's diagonal approximation**: linear attention with one decay per key coordinate,
   ``a_t = 1 − ε_t k_t ⊙ k_t``; the intra-block scores carry ``e^{G_{tj} − G_{ij}}`` per coordinate.
-* **Mesa** (von Oswald et al. 2025, MesaNet): ``H^{kk}_t = e^{G_t} H^{kk}_0 + Σ_{i≤t} L_{ti} β_i
-  k_i k_iᵀ`` is formed for every position of a group of blocks and ``(H^{kk}_t + Λ) x_t = q_t`` is
-  solved exactly (batched LU with partial pivoting, one factorisation per position); then
-  ``o_t = e^{G_t} H^{kv}_0ᵀ x_t + Σ_{i≤t} L_{ti} β_i (k_iᵀ x_t) v_i``.
+
+Mesa's chunked form is in :mod:`attnreg.sequence.mesa_blocked`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from torch.nn.functional import pad
 
 CHUNK = 64
 SEGMENT = 512
-MESA_GROUP_BYTES = 64 * 2**20
+BASE = 8  # lower_inverse solves triangular systems at this size
 
 
 def blocks(x: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -56,35 +56,52 @@ def unblock(x: torch.Tensor, t_len: int) -> torch.Tensor:
     return x.reshape(*x.shape[:2], -1, x.shape[-1])[:, :, :t_len]
 
 
-def _log_decays(
-    log_decay: torch.Tensor | None, like: torch.Tensor, chunk: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``G`` (``(B, H, N, C)``, cumulative log-decay from each block's start) and the decay
-    matrix ``L`` (``(B, H, N, C, C)``: ``e^{G_t − G_i}`` for ``i ≤ t``, 0 above)."""
-    b, h, t_len = like.shape[:3]
-    if log_decay is None:
-        log_decay = like.new_zeros(b, h, t_len)
-    g = blocks(log_decay, chunk).cumsum(-1)
-    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=like.device).tril()
-    diff = (g[..., :, None] - g[..., None, :]).masked_fill(~causal, -torch.inf)
-    return g, diff.exp()
+def _decay_matrix(g: torch.Tensor) -> torch.Tensor:
+    """``L_{ti} = e^{G_t − G_i}`` for ``i ≤ t``, 0 above (``g (…, C)`` -> ``(…, C, C)``)."""
+    chunk = g.shape[-1]
+    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=g.device).tril()
+    return (g[..., :, None] - g[..., None, :]).masked_fill_(~causal, -torch.inf).exp()
 
 
-def _segments(
+def _blockwise(x: torch.Tensor, chunk: int) -> torch.Tensor:
+    """``(B, H, T, …) -> (N, B·H, C, …)`` (zero-padded blocks, block axis first): a view of a
+    contiguous ``x``, whose slices along the block axis :func:`_by_segments` copies to
+    contiguous parts."""
+    return blocks(x, chunk).flatten(0, 1).transpose(0, 1)
+
+
+def _by_segments(
     step: Callable[..., tuple[torch.Tensor, torch.Tensor]],
-    tensors: Sequence[torch.Tensor | None],
+    parts: Sequence[torch.Tensor | None],
     state: torch.Tensor,
+    like: torch.Tensor,
     segment: int,
 ) -> torch.Tensor:
-    """Run ``step(*slices, state) -> (out, state)`` over segments of ``segment`` tokens (the
-    token axis is 2; the first tensor is ``q``) and concatenate the outputs."""
-    length = tensors[0].shape[2] if tensors[0] is not None else 0
-    outs = []
-    for start in range(0, length, segment):
-        part = [None if t is None else t[:, :, start : start + segment] for t in tensors]
-        out, state = step(*part, state)
-        outs.append(out)
-    return torch.cat(outs, dim=2)
+    """Run ``step(*slices, state) -> (out, state)`` over the blocks, ``segment // C`` blocks at
+    a time, and return the outputs as ``(B, H, T, d_v)`` (``B, H, T`` those of ``like``).
+
+    ``parts`` are block-major ``(N, B·H, C, …)`` (:func:`_blockwise`) or ``None`` (passed
+    through). Each slice is made contiguous (a copy of a view, nothing for a tensor already
+    block-major), so that block ``j`` of all heads, ``slice[j]``, is one operand of a batched
+    product; ``out`` is ``(n, B·H, C, d_v)``."""
+    b, h, t_len = like.shape[:3]
+    n_blocks, chunk = next(p.shape[:3:2] for p in parts if p is not None)
+    per = max(1, segment // chunk)
+    out = None
+    for start in range(0, n_blocks, per):
+        span = slice(start, start + per)
+        slices = [None if p is None else p[span].contiguous() for p in parts]
+        piece, state = step(*slices, state)
+        if out is None:
+            out = piece.new_empty(b * h, n_blocks, chunk, piece.shape[-1])
+        out[:, span] = piece.transpose(0, 1)
+    assert out is not None  # n_blocks ≥ 1: the inputs are checked non-empty
+    return out.view(b, h, n_blocks * chunk, -1)[:, :, :t_len]
+
+
+def _batched(x: torch.Tensor) -> torch.Tensor:
+    """``(n, B·H, r, c) -> (n·B·H, r, c)`` (a view of a contiguous tensor) for ``bmm``."""
+    return x.flatten(0, 1)
 
 
 def linear_chunked(
@@ -97,14 +114,9 @@ def linear_chunked(
 ) -> torch.Tensor:
     """``S_t = α_t S_{t−1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t`` (``log_decay = log α``, ``(B, H, T)``
     or ``None``) in blocks of ``chunk`` tokens, ``segment`` tokens at a time."""
-    state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
-
-    def step(
-        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lg: torch.Tensor | None, s: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return _linear_segment(q, k, v, lg, s, chunk)
-
-    return _segments(step, [q, k, v, log_decay], state, segment)
+    state = q.new_zeros(q.shape[0] * q.shape[1], q.shape[-1], v.shape[-1])
+    parts = [None if x is None else _blockwise(x, chunk) for x in (q, k, v, log_decay)]
+    return _by_segments(_linear_segment, parts, state, q, segment)
 
 
 def _linear_segment(
@@ -113,36 +125,41 @@ def _linear_segment(
     v: torch.Tensor,
     log_decay: torch.Tensor | None,
     state: torch.Tensor,
-    chunk: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One segment from the entering state; returns its outputs and the state leaving it."""
-    t_len = q.shape[2]
-    qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
+    """One segment (block-major ``(n, B·H, C, ·)``) from the entering state ``(B·H, d_k, d_v)``;
+    returns its outputs and the state leaving it. Without decay the states entering the blocks
+    are the exclusive prefix sums of the blocks' ``Kᵀ V``: one product with the strictly lower
+    triangle of ones (no loop)."""
+    scores = q @ k.mT
     if log_decay is None:
-        totals = (kc.mT @ vc).cumsum(2) + state.unsqueeze(2)  # state after each block
-        entering = torch.cat([state.unsqueeze(2), totals[:, :, :-1]], 2)
-        out = qc @ entering + (qc @ kc.mT).tril() @ vc
-        return unblock(out, t_len), totals[:, :, -1]
-    g, decay = _log_decays(log_decay, q, chunk)
+        writes = k.mT @ v
+        before = torch.ones(len(q), len(q), dtype=q.dtype, device=q.device).tril_(-1)
+        entering = (before @ writes.flatten(1)).view_as(writes) + state
+        out = torch.baddbmm(_batched(q @ entering), _batched(scores.tril_()), _batched(v))
+        return out.view(*q.shape[:-1], -1), entering[-1] + writes[-1]
+    g = log_decay.cumsum(-1)
     last = g[..., -1:]
-    writes = (kc * (last - g).exp().unsqueeze(-1)).mT @ vc
-    entering, state = _carry(writes, last.squeeze(-1).exp(), state)
-    inter = (qc * g.exp().unsqueeze(-1)) @ entering
-    return unblock(inter + ((qc @ kc.mT) * decay) @ vc, t_len), state
+    writes = (k * (last - g).exp().unsqueeze(-1)).mT @ v
+    entering, state = _carry(writes, last.squeeze(-1).exp(), state, dim=0)
+    inter = (q * g.exp().unsqueeze(-1)) @ entering
+    out = torch.baddbmm(_batched(inter), _batched(scores * _decay_matrix(g)), _batched(v))
+    return out.view_as(inter), state
 
 
 def _carry(
-    writes: torch.Tensor, block_decay: torch.Tensor, state: torch.Tensor
+    writes: torch.Tensor, block_decay: torch.Tensor, state: torch.Tensor, dim: int = 2
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The state entering each block, ``S^{(n+1)} = a_n ⊙ S^{(n)} + W_n`` from ``S^{(0)} = state``
-    (stacked, ``(B, H, N, ·, ·)``), and the state after the last block. ``block_decay``: one
-    factor per block ``(B, H, N)``, or one per block and state row ``(B, H, N, d_k)``."""
-    factors = block_decay[..., None, None] if block_decay.ndim == 3 else block_decay[..., None]
+    (stacked along the block axis ``dim``), and the state after the last block. ``writes`` has
+    the blocks on axis ``dim`` and the ``·×·`` state last; ``block_decay`` one factor per block
+    (``writes.shape[:-2]``), or one per block and state row (``writes.shape[:-1]``)."""
+    extra = writes.ndim - block_decay.ndim
+    factors = block_decay[(..., *([None] * extra))]
     entering = []
-    for n in range(writes.shape[2]):
+    for n in range(writes.shape[dim]):
         entering.append(state)
-        state = torch.addcmul(writes[:, :, n], factors[:, :, n], state)
-    return torch.stack(entering, dim=2), state
+        state = torch.addcmul(writes.select(dim, n), factors.select(dim, n), state)
+    return torch.stack(entering, dim=dim), state
 
 
 def diagonal_chunked(
@@ -158,14 +175,9 @@ def diagonal_chunked(
     coordinate. Within a block ``o_t = S_0ᵀ (e^{G_t} ⊙ q_t) + Σ_{i≤t} (Σ_j q_{tj} ε_i k_{ij}
     e^{G_{tj} − G_{ij}}) v_i`` with ``G = cumsum log a`` per coordinate: the scores are a
     ``C × C × d_k`` product per block (every exponent ≤ 0)."""
-    state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
-
-    def step(
-        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, e: torch.Tensor, s: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return _diagonal_segment(q, k, v, e, s, chunk)
-
-    return _segments(step, [q, k, v, eps], state, segment)
+    state = q.new_zeros(q.shape[0] * q.shape[1], q.shape[-1], v.shape[-1])
+    parts = [_blockwise(x, chunk) for x in (q, k, v, eps)]
+    return _by_segments(_diagonal_segment, parts, state, q, segment)
 
 
 def _diagonal_segment(
@@ -174,21 +186,18 @@ def _diagonal_segment(
     v: torch.Tensor,
     eps: torch.Tensor,
     state: torch.Tensor,
-    chunk: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One segment of :func:`diagonal_chunked` from the entering state."""
-    t_len = q.shape[2]
-    qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
-    k_eps = kc * blocks(eps, chunk).unsqueeze(-1)
-    g = torch.log1p(-k_eps * kc).cumsum(-2)  # (B, H, N, C, d_k), log a summed in the block
+    """One segment of :func:`diagonal_chunked` (block-major) from the entering state."""
+    chunk = q.shape[-2]
+    k_eps = k * eps.unsqueeze(-1)
+    g = torch.log1p(-k_eps * k).cumsum(-2)  # (n, B·H, C, d_k), log a summed in the block
     causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
     diff = (g.unsqueeze(-2) - g.unsqueeze(-3)).masked_fill(~causal[..., None], -torch.inf)
-    scores = (qc.unsqueeze(-2) * k_eps.unsqueeze(-3) * diff.exp()).sum(-1)  # (…, C, C)
+    scores = (q.unsqueeze(-2) * k_eps.unsqueeze(-3) * diff.exp()).sum(-1)  # (…, C, C)
     last = g[..., -1:, :]
-    writes = (k_eps * (last - g).exp()).mT @ vc
-    entering, state = _carry(writes, last.squeeze(-2).exp(), state)
-    out = (qc * g.exp()) @ entering + scores @ vc
-    return unblock(out, t_len), state
+    writes = (k_eps * (last - g).exp()).mT @ v
+    entering, state = _carry(writes, last.squeeze(-2).exp(), state, dim=0)
+    return (q * g.exp()) @ entering + scores @ v, state
 
 
 def delta_chunked(
@@ -201,110 +210,107 @@ def delta_chunked(
     segment: int = SEGMENT,
 ) -> torch.Tensor:
     """The (gated) delta rule ``S_t = α_t S_{t−1} + k_t (β_t (v_t − α_t S_{t−1}ᵀ k_t))ᵀ``,
-    ``o_t = S_tᵀ q_t``, by the WY / UT transform in blocks of ``chunk`` tokens, ``segment``
-    tokens at a time."""
-    state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
-
-    def step(
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        b: torch.Tensor,
-        lg: torch.Tensor | None,
-        s: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return _delta_segment(q, k, v, b, lg, s, chunk)
-
-    return _segments(step, [q, k, v, beta, log_decay], state, segment)
+    ``o_t = S_tᵀ q_t``, by the WY / UT transform in blocks of ``chunk`` tokens (even). ``A``, the
+    part of ``diag(β) K Kᵀ ⊙ L`` strictly below the diagonal, and the inverses of the two
+    diagonal half-blocks of ``I + A`` (:func:`lower_inverse`) are formed for all blocks at once;
+    the rest ``segment`` tokens at a time (:func:`_delta_segment`)."""
+    if chunk < 2 or chunk % 2:
+        raise ValueError(f"chunk: must be even, got {chunk}")
+    kb = _blockwise(k, chunk).contiguous()  # (N, B·H, C, d_k), once for all segments
+    bb = _blockwise(beta, chunk).unsqueeze(-1).contiguous()
+    lower = bb * (kb @ kb.mT)
+    g = decay = None
+    if log_decay is not None:
+        g = _blockwise(log_decay, chunk).cumsum(-1)
+        decay = _decay_matrix(g)
+        lower = lower * decay
+    lower = lower.tril_(-1)
+    half = chunk // 2
+    eye = torch.eye(half, dtype=lower.dtype, device=lower.device)
+    halves = torch.stack([lower[..., :half, :half] + eye, lower[..., half:, half:] + eye], -3)
+    inverses = lower_inverse(halves).flatten(-3, -2)  # (N, B·H, C, C/2): T₁ on T₂
+    state = q.new_zeros(q.shape[0] * q.shape[1], q.shape[-1], v.shape[-1])
+    parts = [_blockwise(q, chunk), kb, _blockwise(v, chunk), bb, g, lower, inverses, decay]
+    return _by_segments(_delta_segment, parts, state, q, segment)
 
 
 def _delta_segment(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    beta: torch.Tensor,
-    log_decay: torch.Tensor | None,
+    bc: torch.Tensor,
+    g: torch.Tensor | None,
+    lower: torch.Tensor,
+    inverses: torch.Tensor,
+    decay: torch.Tensor | None,
     state: torch.Tensor,
-    chunk: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One segment from the entering state; returns its outputs and the state leaving it. The
-    loop over blocks carries the state only (two products per block); the outputs of all
-    blocks are formed after it."""
-    t_len, d_v = q.shape[2], v.shape[-1]
-    qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
-    bc = blocks(beta, chunk).unsqueeze(-1)
-    lower = bc * (kc @ kc.mT)
-    scores = qc @ kc.mT
-    if log_decay is None:
-        k_scaled, q_decayed, k_decayed, block_decay = bc * kc, qc, kc, None
-        scores = scores.tril()
+    """One segment from the entering state ``(B·H, d_k, d_v)``; returns its outputs and the
+    state leaving it. Block-major ``(n, B·H, C, ·)`` parts: ``bc`` is ``β`` (``(…, C, 1)``),
+    ``g`` the cumulative log-decays ``G`` and ``decay`` the matrices ``L`` (both ``None``
+    without decay), ``lower`` is ``A``, ``inverses`` the inverses of the half-blocks of
+    ``I + A`` (``(n, B·H, C, C/2)``). ``[Ũ | W] = (I + A)⁻¹ [diag(β) V | diag(β e^G) K]`` and the
+    intra-block scores are formed for all blocks of the segment at once; the loop over blocks
+    carries the state only (two products per block, ``u = Ũ − W S`` and ``S ← a S + K̃ᵀ u``
+    with ``K̃ = diag(e^{G_C − G}) K``); the outputs are two batched products after it,
+    ``o = diag(e^G) Q S + (Q Kᵀ ⊙ L) u``."""
+    d_v = v.shape[-1]
+    scores = q @ k.mT
+    if g is None or decay is None:
+        scores, keys_in, q_read, k_write, block_decay = scores.tril_(), k, q, k, None
     else:
-        g, decay = _log_decays(log_decay, q, chunk)
-        lower, scores = lower * decay, scores * decay
-        k_scaled, q_decayed = bc * g.exp().unsqueeze(-1) * kc, qc * g.exp().unsqueeze(-1)
+        scores = scores * decay
+        growth = g.exp().unsqueeze(-1)
+        keys_in, q_read = growth * k, q * growth
         last = g[..., -1:]
-        k_decayed, block_decay = kc * (last - g).exp().unsqueeze(-1), last.squeeze(-1).exp()
-    # (I + A) with A strictly lower: the unit diagonal is implied (unitriangular), not read
-    solved = torch.linalg.solve_triangular(
-        lower.tril(-1), torch.cat([bc * vc, k_scaled], dim=-1), upper=False, unitriangular=True
-    )
+        k_write = k * (last - g).exp().unsqueeze(-1)
+        block_decay = last.exp().unsqueeze(-1)  # (n, B·H, 1, 1)
+    solved = _unit_lower_solve(lower, torch.cat([v, keys_in], dim=-1) * bc, inverses)
     u_local, w = solved[..., :d_v], solved[..., d_v:]
+    k_t = k_write.mT
     entering, pseudo = [], []
-    for n in range(qc.shape[2]):
-        u = u_local[:, :, n] - w[:, :, n] @ state
+    for j in range(q.shape[0]):
         entering.append(state)
+        u = torch.baddbmm(u_local[j], w[j], state, alpha=-1)
         pseudo.append(u)
-        state = k_decayed[:, :, n].mT @ u + (
-            state if block_decay is None else block_decay[:, :, n, None, None] * state
-        )
-    out = q_decayed @ torch.stack(entering, 2) + scores @ torch.stack(pseudo, 2)
-    return unblock(out, t_len), state
+        kept = state if block_decay is None else state * block_decay[j]
+        state = torch.baddbmm(kept, k_t[j], u)
+    inter = q_read @ torch.stack(entering)
+    out = torch.baddbmm(_batched(inter), _batched(scores), _batched(torch.stack(pseudo)))
+    return out.view_as(inter), state
 
 
-def mesa_chunked(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    beta: torch.Tensor,
-    log_decay: torch.Tensor | None,
-    lam: torch.Tensor,
-    chunk: int = CHUNK,
+def _unit_lower_solve(
+    lower: torch.Tensor, rhs: torch.Tensor, inverses: torch.Tensor
 ) -> torch.Tensor:
-    """``o_t = H^{kv}_tᵀ (H^{kk}_t + diag(λ))⁻¹ q_t`` with the decayed, β-weighted second moments
-    ``H^{kk}_t``, ``H^{kv}_t`` (``lam (H, d_k)``), an exact solve per position, in blocks of
-    ``chunk`` tokens and groups of blocks of about ``MESA_GROUP_BYTES``. Within a group,
-    ``H^{kk}_t = α_t H^{kk}_{t−1} + β_t k_t k_tᵀ`` is stepped through the ``chunk`` positions of all
-    its blocks at once (each block starting from its carried ``H^{kk}_0``)."""
-    (b, h, t_len), d_k = q.shape[:3], q.shape[-1]
-    qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
-    bc = blocks(beta, chunk)
-    g, decay = _log_decays(log_decay, q, chunk)
-    alpha = None if log_decay is None else blocks(log_decay, chunk).exp()
-    last = g[..., -1:]
-    k_weighted = kc * (bc * (last - g).exp()).unsqueeze(-1)
-    block_decay = last.squeeze(-1).exp()
-    zero_kk = q.new_zeros(b, h, d_k, d_k)
-    kk0 = _carry(k_weighted.mT @ kc, block_decay, zero_kk)[0]  # (B, H, N, d_k, d_k) per block
-    kv0 = _carry(k_weighted.mT @ vc, block_decay, q.new_zeros(b, h, d_k, v.shape[-1]))[0]
-    mix = decay * bc.unsqueeze(-2)  # L_{ti} β_i
-    reg = lam[:, None, None]  # (H, 1, 1, d_k) against the diagonals (B, H, n, C, d_k)
-    n_blocks = qc.shape[2]
-    per_block = b * h * chunk * d_k * d_k * q.element_size() * 3
-    step = max(1, MESA_GROUP_BYTES // per_block)
-    kb = bc.unsqueeze(-1) * kc
-    outs = []
-    for start in range(0, n_blocks, step):
-        part = slice(start, start + step)
-        kk = kk0[:, :, part]
-        moments = []
-        for c in range(chunk):
-            if alpha is not None:
-                kk = alpha[:, :, part, c, None, None] * kk
-            kk = kk + kb[:, :, part, c, :, None] * kc[:, :, part, c, None, :]
-            moments.append(kk)
-        system = torch.stack(moments, dim=3)  # (B, H, n, C, d_k, d_k)
-        system.diagonal(dim1=-2, dim2=-1).add_(reg)
-        x = torch.linalg.solve(system, qc[:, :, part].unsqueeze(-1)).squeeze(-1)
-        inter = (x * g[:, :, part].exp().unsqueeze(-1)) @ kv0[:, :, part]
-        outs.append(inter + ((x @ kc[:, :, part].mT) * mix[:, :, part]) @ vc[:, :, part])
-    return unblock(torch.cat(outs, dim=2), t_len)
+    """``(I + A)⁻¹ R`` for strictly lower triangular ``A`` (``lower``, ``(…, C, C)``, ``C`` even)
+    and ``R`` (``(…, C, r)``) by block forward substitution on the two halves,
+    ``X₁ = T₁ R₁``, ``X₂ = T₂ (R₂ − A₂₁ X₁)``, given the inverses ``T_i`` of the diagonal
+    half-blocks of ``I + A`` (``inverses``, ``(…, C, C/2)``: ``T₁`` stacked on ``T₂``)."""
+    *batch, c, _ = lower.shape
+    h = c // 2
+    a = lower.reshape(-1, c, c)
+    r = rhs.reshape(-1, c, rhs.shape[-1])
+    inv = inverses.reshape(-1, 2, h, h)
+    x1 = inv[:, 0] @ r[:, :h]
+    x2 = inv[:, 1] @ torch.baddbmm(r[:, h:], a[:, h:, :h], x1, alpha=-1)
+    return torch.cat([x1, x2], dim=-2).view(*batch, c, -1)
+
+
+def lower_inverse(low: torch.Tensor) -> torch.Tensor:
+    """``L⁻¹`` of lower triangular ``low (…, s, s)`` with a non-zero diagonal, by halves:
+    ``[[A, 0], [B, C]]⁻¹ = [[A⁻¹, 0], [−C⁻¹ B A⁻¹, C⁻¹]]`` (equal halves inverted together), down
+    to ``BASE`` rows, inverted by triangular solves: most of the work is batched matrix products,
+    which are faster than one triangular solve per ``s × s`` matrix."""
+    size = low.shape[-1]
+    if size <= BASE:
+        eye = torch.eye(size, dtype=low.dtype, device=low.device).expand_as(low)
+        return torch.linalg.solve_triangular(low, eye, upper=False)
+    half = size // 2
+    if size % 2:
+        first, second = lower_inverse(low[..., :half, :half]), lower_inverse(low[..., half:, half:])
+    else:
+        first, second = lower_inverse(torch.stack([low[..., :half, :half], low[..., half:, half:]]))
+    corner = -(second @ (low[..., half:, :half] @ first))
+    top = torch.cat([first, first.new_zeros(*first.shape[:-1], size - half)], dim=-1)
+    return torch.cat([top, torch.cat([corner, second], dim=-1)], dim=-2)

@@ -24,10 +24,10 @@ from attnreg.sequence.chunked import (
     delta_chunked,
     diagonal_chunked,
     linear_chunked,
-    mesa_chunked,
 )
 from attnreg.sequence.inputs import check_lam, check_mode, check_qkv, check_scale, per_token
 from attnreg.sequence.kernel import local_linear, softmax_fused
+from attnreg.sequence.mesa_blocked import mesa_chunked
 from attnreg.sequence.recurrent import (
     delta_recurrent,
     diagonal_longhorn_recurrent,
@@ -199,8 +199,11 @@ def mesa(
     position over linear maps (von Oswald et al. 2023, "Uncovering mesa-optimization
     algorithms in Transformers"; von Oswald et al. 2025, "MesaNet"). ``Λ = diag(λ)``, ``lam`` a
     number or ``(H, d_k)`` (MesaNet's convention), every ``λ > 0``. Both modes solve exactly
-    (no conjugate-gradient truncation): the chunked form solves ``(H^{kk}_t + Λ) x = q_t`` per
-    position by a batched LU solve. With ``β = 1``, no decay and one λ it is
+    (no conjugate-gradient truncation). Without decay (``decay=None`` or all 1) the chunked form
+    is blocked: Woodbury on the leading principal submatrices of one ``C × C`` capacitance per
+    block, no ``d_k × d_k`` matrix per token; with a decay (the ridge is not decayed, so no
+    factorisation is shared between positions) it solves ``(H^{kk}_t + Λ) x = q_t`` per position
+    by LU (:mod:`attnreg.sequence.mesa_blocked`). With ``β = 1``, no decay and one λ it is
     :func:`attnreg.estimators.causal_ridge`.
     """
     qt, kt, vt = check_qkv(q, k, v)

@@ -21,17 +21,7 @@ def linear_recurrent(
     states: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``S_t = α_t S_{t−1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t`` from ``S_0 = 0``."""
-    b, h, t_len, d_k = k.shape
-    s = k.new_zeros(b, h, d_k, v.shape[-1])
-    outs, kept = [], []
-    for t in range(t_len):
-        if decay is not None:
-            s = decay[:, :, t, None, None] * s
-        s = s + k[:, :, t, :, None] * v[:, :, t, None, :]
-        outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], s))
-        if states:
-            kept.append(s)
-    return torch.stack(outs, dim=2), torch.stack(kept, dim=2) if states else None
+    return _state_loop(q, k, v, decay, None, states)
 
 
 def delta_recurrent(
@@ -44,19 +34,7 @@ def delta_recurrent(
     states: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``S' = α_t S_{t−1}``, ``S_t = S' + k_t (β_t (v_t − S'ᵀ k_t))ᵀ``, ``o_t = S_tᵀ q_t``."""
-    b, h, t_len, d_k = k.shape
-    s = k.new_zeros(b, h, d_k, v.shape[-1])
-    outs, kept = [], []
-    for t in range(t_len):
-        if decay is not None:
-            s = decay[:, :, t, None, None] * s
-        key = k[:, :, t]
-        u = beta[:, :, t, None] * (v[:, :, t] - torch.einsum("bhk,bhkv->bhv", key, s))
-        s = s + key[..., None] * u[..., None, :]
-        outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], s))
-        if states:
-            kept.append(s)
-    return torch.stack(outs, dim=2), torch.stack(kept, dim=2) if states else None
+    return _state_loop(q, k, v, decay, beta, states)
 
 
 def diagonal_longhorn_recurrent(
@@ -68,17 +46,42 @@ def diagonal_longhorn_recurrent(
     states: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Longhorn's diagonal approximation: ``S_t = diag(1 − ε_t k_t ⊙ k_t) S_{t−1} + ε_t k_t v_tᵀ``
-    (``I − ε_t k_t k_tᵀ`` replaced by its diagonal)."""
+    (``I − ε_t k_t k_tᵀ`` replaced by its diagonal): linear attention with the keys ``ε_t k_t``
+    and one decay per state row."""
+    k_eps = eps.unsqueeze(-1) * k
+    return _state_loop(q, k_eps, v, 1 - k_eps * k, None, states)
+
+
+def _state_loop(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    decay: torch.Tensor | None,
+    beta: torch.Tensor | None,
+    keep: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The token loop of the linear-state layers: ``S' = a_t ⊙ S_{t−1}`` (``decay`` one factor
+    per token ``(B, H, T)``, one per state row ``(B, H, T, d_k)``, or ``None``: no decay),
+    ``S_t = S' + k_t u_tᵀ`` with ``u_t = v_t`` (``beta=None``: linear attention) or
+    ``u_t = β_t (v_t − S'ᵀ k_t)`` (the delta rule), ``o_t = S_tᵀ q_t``, from ``S_0 = 0``;
+    ``keep`` also returns every ``S_t``."""
     b, h, t_len, d_k = k.shape
     s = k.new_zeros(b, h, d_k, v.shape[-1])
+    factors = None if decay is None else decay.unsqueeze(-1)
+    if factors is not None and factors.ndim == 4:
+        factors = factors.unsqueeze(-1)
     outs, kept = [], []
     for t in range(t_len):
-        key, e = k[:, :, t], eps[:, :, t, None]
-        s = (1 - e * key * key)[..., None] * s + (e * key)[..., None] * v[:, :, t, None, :]
+        if factors is not None:
+            s = factors[:, :, t] * s
+        key, u = k[:, :, t], v[:, :, t]
+        if beta is not None:
+            u = beta[:, :, t, None] * (u - torch.einsum("bhk,bhkv->bhv", key, s))
+        s = s + key[..., None] * u[..., None, :]
         outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], s))
-        if states:
+        if keep:
             kept.append(s)
-    return torch.stack(outs, dim=2), torch.stack(kept, dim=2) if states else None
+    return torch.stack(outs, dim=2), torch.stack(kept, dim=2) if keep else None
 
 
 def mesa_recurrent(

@@ -24,7 +24,14 @@ from attnreg.core.validation import check_positive_int
 from attnreg.sequence.layers import delta_rule, linear_attention, mesa
 
 Inputs = dict[str, torch.Tensor]
-LAYERS = ("linear_attention", "gated_linear_attention", "delta_rule", "gated_delta_rule", "mesa")
+LAYERS = (
+    "linear_attention",
+    "gated_linear_attention",
+    "delta_rule",
+    "gated_delta_rule",
+    "mesa",
+    "gated_mesa",
+)
 
 
 def workload_inputs(
@@ -56,7 +63,8 @@ def workload_inputs(
 
 def attnreg_call(layer: str, x: Inputs) -> torch.Tensor:
     """The layer's chunked form on the workload (queries scaled by ``d_k^{-1/2}`` like fla's,
-    except Mesa's, which fla does not scale)."""
+    except Mesa's, which fla does not scale). ``"mesa"`` is the Mesa layer without decay
+    (von Oswald et al. 2023), ``"gated_mesa"`` MesaNet's, with the per-token decay ``α``."""
     q, k, v, scale = x["q"], x["k"], x["v"], x["q"].shape[-1] ** -0.5
     if layer == "linear_attention":
         return linear_attention(q, k, v, scale=scale)
@@ -66,6 +74,8 @@ def attnreg_call(layer: str, x: Inputs) -> torch.Tensor:
         return delta_rule(q, k, v, x["beta"], scale=scale)
     if layer == "gated_delta_rule":
         return delta_rule(q, k, v, x["beta"], decay=x["alpha"], scale=scale)
+    if layer == "mesa":
+        return mesa(q, k, v, x["beta"], lam=x["lam"])
     return mesa(q, k, v, x["beta"], decay=x["alpha"], lam=x["lam"])
 
 
@@ -87,9 +97,9 @@ def fla_naive(layer: str) -> ModuleType:
 
 def fla_calls(layer: str, x: Inputs) -> dict[str, Callable[[], object]]:
     """fla's recurrence (``"recurrent"``) and chunked form (``"chunk"``) of ``layer`` on the
-    workload (fla's conventions); each call returns a tuple whose first item is the output,
-    ``(B, T, H, d_v)`` except for ``delta_rule`` (``(B, H, T, d_v)``), or for fla's chunked
-    linear attention the output alone."""
+    workload (fla's conventions; ``"mesa"`` is fla's MesaNet with the log-gate 0); each call
+    returns a tuple whose first item is the output, ``(B, T, H, d_v)`` except for ``delta_rule``
+    (``(B, H, T, d_v)``), or for fla's chunked linear attention the output alone."""
     q, k, v, beta, g = x["q"], x["k"], x["v"], x["beta"], x["log_alpha"]
     qf, kf, vf, bf, gf = (t.transpose(1, 2).contiguous() for t in (q, k, v, beta, g))
     if layer == "linear_attention":
@@ -117,6 +127,8 @@ def fla_calls(layer: str, x: Inputs) -> dict[str, Callable[[], object]]:
             "chunk": lambda: m.naive_chunk_gated_delta_rule(qf, kf, vf, gf, bf),
         }
     m = fla_naive("mesa_net")  # fla's chunked Mesa is conjugate gradient (30 steps, inexact)
+    if layer == "mesa":  # no decay: the log-gate 0
+        gf = torch.zeros_like(gf)
     return {
         "recurrent": lambda: m.naive_mesa_net_exact(qf, kf, vf, gf, x["lam"], bf),
         "chunk": lambda: m.naive_mesa_net_CG(qf, kf, vf, gf, x["lam"], bf, 64),
@@ -127,9 +139,9 @@ def bench_sequence(
     *, repeat: int = 3, length: int = 8192, layers: tuple[str, ...] = LAYERS
 ) -> dict[str, dict[str, float]]:
     """Median seconds per layer: ``{"attnreg": …, "fla_recurrent": …, "fla_chunk": …}`` (Mesa's
-    recurrence is fla's exact reference ``naive_mesa_net_exact``: a token loop that keeps every
-    ``H_t``, 1 GiB at the default size, then one batched solve). One untimed warm-up round, then
-    ``repeat`` rounds in alternation, without autograd."""
+    recurrence, with or without decay, is fla's exact reference ``naive_mesa_net_exact``: a
+    token loop that keeps every ``H_t``, 1 GiB at the default size, then one batched solve). One
+    untimed warm-up round, then ``repeat`` rounds in alternation, without autograd."""
     check_positive_int("repeat", repeat)
     x = workload_inputs(length=length)
     out: dict[str, dict[str, float]] = {}

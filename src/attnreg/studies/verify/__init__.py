@@ -2,8 +2,11 @@
 
 Modules: :mod:`~attnreg.studies.verify.config` (settings and profiles, a leaf),
 :mod:`~attnreg.studies.verify.references` (the independent numpy / scikit-learn references),
-:mod:`~attnreg.studies.verify.certificate` (the cases, the checks, the rows),
-:mod:`~attnreg.studies.verify.sequence_rows` (the sequence layers' rows),
+:mod:`~attnreg.studies.verify.certificate` (every row on every case and dtype),
+:mod:`~attnreg.studies.verify.cases` (the task shapes and their data),
+:mod:`~attnreg.studies.verify.checks` and :mod:`~attnreg.studies.verify.construction_rows` (the
+constructions' rows and their tolerances), :mod:`~attnreg.studies.verify.measure` (how a row is
+measured), :mod:`~attnreg.studies.verify.sequence_rows` (the sequence layers' rows),
 :mod:`~attnreg.studies.verify.stack_rows` and :mod:`~attnreg.studies.verify.stack_references`
 (the fixed-weight stacks' rows, every hidden state, and their numpy iterations),
 :mod:`~attnreg.studies.verify.figures`, :mod:`~attnreg.studies.verify.run` (the runner). This

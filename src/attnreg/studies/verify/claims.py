@@ -2,7 +2,7 @@
 ``rel_err / tol`` of its certificate rows per dtype (a row passes at ≤ 1).
 
 The tolerance of a row is condition-scaled (``max(base, u · κ)``,
-:mod:`~attnreg.studies.verify.certificate`), so "exact" holds with that condition: the claim's
+:mod:`~attnreg.studies.verify.construction_rows`), so "exact" holds with that condition: the claim's
 condition names the largest relative error, which on the ill-conditioned design is far above
 the unit roundoff."""
 
@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from attnreg.studies.ledger import Claim
-from attnreg.studies.verify.config import DTYPES
+from attnreg.studies.verify.config import unit_roundoff
 
 MACHINE = 1000
 """A relative error within ``MACHINE · u`` (u the unit roundoff of the dtype) counts as machine
@@ -55,7 +53,7 @@ def certificate_claims(rows: list[dict[str, Any]], dtypes: list[str]) -> list[Cl
             if any(r["dtype"] == dtype for r in mine)
         }
         worst = max((r for r in mine if r["dtype"] == dtypes[0]), key=lambda r: r["rel_err"])
-        unit = float(torch.finfo(DTYPES[dtypes[0]]).eps) / 2
+        unit = unit_roundoff(dtypes[0])
         condition = (
             f"to the condition-scaled tolerance max(base, u·κ), not to machine precision: the "
             f"largest {dtypes[0]} relative error is {worst['rel_err']:.1e} ({worst['shape']})"

@@ -1,11 +1,13 @@
-"""The ``verify`` study's settings: the dtypes it certifies, the config dataclass (which checks
-its values when built) and its profiles (both the defaults: the certificate has one scale)."""
+"""The ``verify`` study's settings: the dtypes it certifies (and their unit roundoff, smallest
+normal number and rounding), the config dataclass (which checks its values when built) and its
+profiles (both the defaults: the certificate has one scale)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from attnreg.config import check_fields
@@ -13,6 +15,22 @@ from attnreg.core.validation import check_choice, check_positive, check_seed
 from attnreg.studies.spec import comma_list
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+def unit_roundoff(dtype: str) -> float:
+    """``u = eps/2`` of the dtype named ``dtype`` (float64: ``2⁻⁵³``, float32: ``2⁻²⁴``)."""
+    return float(np.finfo(np.dtype(dtype)).eps) / 2
+
+
+def smallest_normal(dtype: str) -> float:
+    """The dtype's smallest normal number (float64: ``2⁻¹⁰²²``, float32: ``2⁻¹²⁶``)."""
+    return float(np.finfo(np.dtype(dtype)).tiny)
+
+
+def round_to(a: Any, dtype: str) -> np.ndarray:
+    """``a`` rounded (to nearest) to the dtype named ``dtype``, returned as float64: every
+    value a number of that dtype."""
+    return np.asarray(a, dtype=np.dtype(dtype)).astype(np.float64)
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from attnreg.studies.common import FigureRecord
-from attnreg.studies.verify.certificate import CASES
+from attnreg.studies.verify.cases import CASES
 from attnreg.studies.verify.config import VerifyConfig
 
 

@@ -14,6 +14,7 @@ becomes least squares, its ``α → 0`` limit) or infinite (overflow: the ``α �
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -52,6 +53,15 @@ def sklearn_ridge(x: Array, y: Array, xq: Array, alpha: float) -> Array:
     return model.predict(xq).reshape(len(xq), -1)
 
 
+def gradient_sum(w: NDArray[Any], x: NDArray[Any], y: NDArray[Any]) -> NDArray[Any]:
+    """``Σ_i (W x_i − y_i) x_iᵀ``, the gradient of ``½ Σ_i ‖W x_i − y_i‖²``, summed one sample at
+    a time in ``w``'s precision (float64 here, extended in the stacks' references)."""
+    grad = np.zeros_like(w)
+    for i in range(len(x)):
+        grad += np.outer(w @ x[i] - y[i], x[i])
+    return grad
+
+
 def gd_loop(
     x: Array, y: Array, xq: Array, etas: list[float], w0: Array, precond: Array | None = None
 ) -> Array:
@@ -60,10 +70,7 @@ def gd_loop(
     w = w0.copy()
     g = np.eye(d) if precond is None else precond
     for eta in etas:
-        grad = np.zeros_like(w)
-        for i in range(n):
-            grad += np.outer(w @ x[i] - y[i], x[i])
-        w = w - eta * (grad / n) @ g
+        w = w - eta * (gradient_sum(w, x, y) / n) @ g
     return xq @ w.T
 
 
@@ -73,10 +80,7 @@ def gd_sum_loop(x: Array, y: Array, xq: Array, etas: list[float], w0: Array) -> 
     ``X* Wᵀ`` after the steps (the von Oswald summary's convention)."""
     w = w0.copy()
     for eta in etas:
-        grad = np.zeros_like(w)
-        for i in range(x.shape[0]):
-            grad += np.outer(w @ x[i] - y[i], x[i])
-        w = w - eta * grad
+        w = w - eta * gradient_sum(w, x, y)
     return xq @ w.T
 
 

@@ -38,7 +38,6 @@ compared at every position; the layers run their chunked forms (``mode="chunk"``
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,24 +52,18 @@ from attnreg.sequence import (
     softmax_attention,
 )
 from attnreg.studies.verify import references as ref
-from attnreg.studies.verify.config import DTYPES, VerifyConfig
+from attnreg.studies.verify.config import (
+    DTYPES,
+    VerifyConfig,
+    round_to,
+    smallest_normal,
+    unit_roundoff,
+)
+from attnreg.studies.verify.measure import measure
 
 SOFTMAX_SCALE = 4.0
 """The score scale of the softmax and local-linear rows (unit keys and queries: scores in
 ``[−4, 4]``, weights spread over a factor up to ``e⁸``)."""
-
-
-@dataclass(frozen=True)
-class SequenceRow:
-    """One prepared sequence row: ``run()`` is the layer on the (value-scaled) tokens,
-    ``expected`` its reference ``(B, T, d_v)`` times ``2^k``, ``bound`` the relative rounding
-    bound ``u · max_t m_t / max |o|``."""
-
-    construction: str
-    reference: str
-    run: Callable[[], torch.Tensor]
-    expected: np.ndarray
-    bound: float
 
 
 def unit_rows(x: np.ndarray) -> np.ndarray:
@@ -83,8 +76,7 @@ def sequence_tokens(data: dict[str, np.ndarray], dtype: str) -> dict[str, np.nda
     """The tasks as sequences (module docstring): ``q, k (B, T, d)`` and the unscaled values
     ``v (B, T, dy)``, float64 numbers of the dtype."""
     x, y, xq = data["x"], data["y"], data["q"]
-    rounded = np.dtype(dtype).type
-    q = unit_rows(np.concatenate([x, xq], axis=1)).astype(rounded).astype(np.float64)
+    q = round_to(unit_rows(np.concatenate([x, xq], axis=1)), dtype)
     k = np.concatenate([q[:, : x.shape[1]], np.zeros_like(xq)], axis=1)
     v = np.concatenate([y, np.zeros((*xq.shape[:2], y.shape[2]))], axis=1)
     return {"q": q, "k": k, "v": v}
@@ -95,7 +87,7 @@ def _parameters(
 ) -> dict[str, np.ndarray]:
     """The per-token parameters ``(B, T)`` and Mesa's ``λ (d,)``, rounded to the dtype."""
     k = tokens["k"]
-    shape, rounded = k.shape[:2], np.dtype(dtype).type
+    shape = k.shape[:2]
     squares = (k * k).sum(-1)
     c = rng.uniform(0.25, 1.0, shape)
     params = {
@@ -105,7 +97,7 @@ def _parameters(
         "mesa_beta": rng.uniform(0.5, 1.0, shape),
         "mesa_lam": cfg.mesa_lambda * rng.uniform(0.5, 1.5, k.shape[2]),
     }
-    return {name: p.astype(rounded).astype(np.float64) for name, p in params.items()}
+    return {name: round_to(p, dtype) for name, p in params.items()}
 
 
 def _one_head(run: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
@@ -116,11 +108,14 @@ def _one_head(run: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
 def sequence_rows(
     data: dict[str, np.ndarray],
     k: int,
+    shape: str,
     dtype: str,
     cfg: VerifyConfig,
     rng: np.random.Generator,
-) -> list[SequenceRow]:
-    """Every sequence layer's row on one case's tasks whose values are scaled by ``2^k``."""
+) -> list[dict[str, Any]]:
+    """Every sequence layer's row on one case's tasks whose values are scaled by ``2^k``
+    (``shape`` names the case): the layer at every position against its reference times
+    ``2^k``, within ``max(base, u · max_t m_t / max |o|)`` (module docstring)."""
     tokens = sequence_tokens(data, dtype)
     p = _parameters(tokens, cfg, dtype, rng)
     q, key, v = tokens["q"], tokens["k"], tokens["v"]
@@ -185,20 +180,13 @@ def sequence_rows(
             lambda b: ref.local_linear_fit(q[b], key[b], v[b], ridge, scale),
         ),
     ]
-    unit = float(np.finfo(np.dtype(dtype)).eps) / 2
-    prepared = []
+    unit, floor = unit_roundoff(dtype), smallest_normal(dtype)
+    measured = []
     for name, reference, run, refer in rows:
         parts = [refer(b) for b in range(q.shape[0])]
         expected = np.stack([o for o, _ in parts])
         magnitude = max(float(m.max()) for _, m in parts)
-        size = max(float(np.abs(expected).max()), float(np.finfo(np.dtype(dtype)).tiny))
-        prepared.append(
-            SequenceRow(
-                name,
-                reference,
-                _one_head(run),
-                np.ldexp(expected, k),
-                unit * magnitude / size,
-            )
-        )
-    return prepared
+        size = max(float(np.abs(expected).max()), floor)
+        spec = (name, reference, unit * magnitude / size)
+        measured.append(measure(spec, _one_head(run), np.ldexp(expected, k), shape, dtype, cfg))
+    return measured

@@ -60,6 +60,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from attnreg.studies.verify.references import gradient_sum
+
 Array = NDArray[np.float64]
 EXT = np.longdouble
 """The references' precision (80-bit extended on x86-64)."""
@@ -84,11 +86,8 @@ def gd_states(
     for step in range(len(etas) + 1):
         ctx = np.hstack([xe, ye - xe @ (w - w_start).T])
         states.append(np.vstack([ctx, np.hstack([qe, -(qe @ w.T)])]))
-        if step < len(etas):
-            grad = np.zeros_like(w)
-            for i in range(len(xe)):  # ∇L(W) = (1/N) Σ_i (W x_i − y_i) x_iᵀ
-                grad += np.outer(w @ xe[i] - ye[i], xe[i])
-            w = w - EXT(etas[step]) * (grad / len(xe)) @ g
+        if step < len(etas):  # ∇L(W) = (1/N) Σ_i (W x_i − y_i) x_iᵀ
+            w = w - EXT(etas[step]) * (gradient_sum(w, xe, ye) / len(xe)) @ g
     return _f64(states)
 
 
@@ -113,11 +112,15 @@ def gd_plus_plus_states(
     return _f64(states)
 
 
+def _slots(widths: dict[str, int]) -> dict[str, slice]:
+    """Consecutive columns of the named slots, in order, of the given widths."""
+    edges = np.cumsum([0, *widths.values()])
+    return {k: slice(int(a), int(b)) for k, a, b in zip(widths, edges[:-1], edges[1:], strict=True)}
+
+
 def newton_slots(d: int, dy: int) -> dict[str, slice]:
     """Columns of the Newton stack's slots ``(x, y, e, m, u, p)``."""
-    edges = np.cumsum([0, d, dy, d, d, d, dy])
-    names = ("x", "y", "e", "m", "u", "p")
-    return {k: slice(int(a), int(b)) for k, a, b in zip(names, edges[:-1], edges[1:], strict=True)}
+    return _slots({"x": d, "y": dy, "e": d, "m": d, "u": d, "p": dy})
 
 
 def newton_states(
@@ -263,9 +266,9 @@ def newton_bounds(
 
 def kernel_slots(d: int, dy: int) -> dict[str, slice]:
     """Columns of the kernel Richardson stack's slots ``(x, y, one, n, f, m, s, a, u, p)``."""
-    edges = np.cumsum([0, d, dy, 1, 1, 1, 1, 1, dy, dy, dy])
-    names = ("x", "y", "one", "n", "f", "m", "s", "a", "u", "p")
-    return {k: slice(int(a), int(b)) for k, a, b in zip(names, edges[:-1], edges[1:], strict=True)}
+    return _slots(
+        {"x": d, "y": dy, "one": 1, "n": 1, "f": 1, "m": 1, "s": 1, "a": dy, "u": dy, "p": dy}
+    )
 
 
 def _kernel_weights(

@@ -31,7 +31,6 @@ state closest to (or furthest beyond) it.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -43,7 +42,15 @@ import torch
 from attnreg.constructions import KernelRichardsonStack, LSAStack, NewtonStack
 from attnreg.models.lsa import TokenModel
 from attnreg.studies.verify import stack_references as sref
-from attnreg.studies.verify.config import DTYPES, VerifyConfig
+from attnreg.studies.verify.cases import gd_scale
+from attnreg.studies.verify.config import (
+    DTYPES,
+    VerifyConfig,
+    round_to,
+    smallest_normal,
+    unit_roundoff,
+)
+from attnreg.studies.verify.measure import attempt, problem_of, row, warn_failed
 
 DEPTHS = (1, 2, 4, 8)
 """The depths of every stack: layers for the GD family, steps for Newton–Schulz and kernel
@@ -52,11 +59,6 @@ ETAS = (0.75, 0.5, 0.625, 0.875, 0.5, 0.75, 0.625, 0.875)
 """The step of each layer (a stack of depth L takes the first L)."""
 GDPP_C = 0.125
 """GD++'s x-step on the context mean."""
-
-
-def gd_scale(x: np.ndarray) -> float:
-    """Divide ``X`` (``(B, N, d)``) by this so that ``λ_max(XᵀX)/N ≤ 1`` for every task."""
-    return float(max(np.linalg.norm(xb, 2) / np.sqrt(xb.shape[0]) for xb in x))
 
 
 Builder = Callable[[int, torch.dtype], TokenModel]
@@ -89,17 +91,18 @@ class StackFamily:
     y_slots: np.ndarray
 
 
-def _rounded(a: np.ndarray, dtype: str) -> np.ndarray:
-    return np.asarray(a, dtype=np.dtype(dtype)).astype(np.float64)
-
-
 def _columns(slots: dict[str, slice], names: tuple[str, ...]) -> np.ndarray:
     """The columns of the named slots."""
     return np.concatenate([np.arange(slots[k].start, slots[k].stop) for k in names])
 
 
+def _count(n: int, word: str) -> str:
+    """``1 layer``, ``2 layers``."""
+    return f"{n} {word}{'s' * (n > 1)}"
+
+
 def _layers_label(name: str, depth: int) -> str:
-    return f"stack: {name}, {depth} layer{'s' * (depth > 1)} (every hidden state)"
+    return f"stack: {name}, {_count(depth, 'layer')} (every hidden state)"
 
 
 def _lsa_families(
@@ -108,12 +111,12 @@ def _lsa_families(
     """GD, GD++ and preconditioned GD on the tasks ``(x, y, q)`` (``Y`` to be scaled by
     ``2^k`` in the stacks' input), with ``W_0`` and ``Γ`` drawn from ``rng``."""
     (b, n, d), dy = x.shape, y.shape[2]
-    unit = float(np.finfo(np.dtype(dtype)).eps) / 2
-    w0 = _rounded(rng.normal(size=(dy, d)), dtype)
+    unit = unit_roundoff(dtype)
+    w0 = round_to(rng.normal(size=(dy, d)), dtype)
     g = rng.normal(size=(d, d))
     g = g @ g.T / d + np.eye(d)
-    precond = _rounded(g / np.linalg.norm(g, 2), dtype)
-    c = float(np.dtype(dtype).type((GDPP_C / n) * n))  # the value LSAStack's weight holds
+    precond = round_to(g / np.linalg.norm(g, 2), dtype)
+    c = float(round_to((GDPP_C / n) * n, dtype))  # the value LSAStack's weight holds
     etas = list(ETAS[: max(DEPTHS)])
     eye, w_in = np.eye(d), np.ldexp(w0, k)
     gdpp = [sref.LsaStep(e, c, eye, np.zeros((dy, d))) for e in etas]
@@ -167,7 +170,7 @@ def newton_start(x: np.ndarray, lam: float = 0.0) -> float:
 
 def _newton_family(x: np.ndarray, y: np.ndarray, q: np.ndarray, dtype: str) -> StackFamily:
     (b, _, d), dy = x.shape, y.shape[2]
-    unit = float(np.finfo(np.dtype(dtype)).eps) / 2
+    unit = unit_roundoff(dtype)
     alpha, deep = newton_start(x), max(DEPTHS)
     y_slots = _columns(sref.newton_slots(d, dy), ("y", "p"))
     prefixes = _prefixes(
@@ -179,7 +182,7 @@ def _newton_family(x: np.ndarray, y: np.ndarray, q: np.ndarray, dtype: str) -> S
         "numpy Newton–Schulz loop M ← M(2I − SM), every state (extended precision)",
         lambda steps, dt: NewtonStack(d, dy, steps, alpha, 0.0, dt),
         lambda steps: (
-            f"stack: Newton–Schulz, {steps} step{'s' * (steps > 1)} = "
+            f"stack: Newton–Schulz, {_count(steps, 'step')} = "
             f"{1 + 2 * steps} layers (every hidden state)"
         ),
         lambda steps: prefixes(1 + 2 * steps),
@@ -194,7 +197,7 @@ weight is exact in both dtypes (``β = 1/h² = 1``, the sink's ``h² ln λ = 0``
 
 def _kernel_family(x: np.ndarray, y: np.ndarray, q: np.ndarray, dtype: str) -> StackFamily:
     (b, _, d), dy = x.shape, y.shape[2]
-    unit = float(np.finfo(np.dtype(dtype)).eps) / 2
+    unit = unit_roundoff(dtype)
     h, lam, omega = KERNEL
     y_slots = _columns(sref.kernel_slots(d, dy), ("y", "a", "u", "p"))
     return StackFamily(
@@ -203,7 +206,7 @@ def _kernel_family(x: np.ndarray, y: np.ndarray, q: np.ndarray, dtype: str) -> S
         "(extended precision)",
         lambda steps, dt: KernelRichardsonStack(d, dy, steps, h, lam, omega, dt),
         lambda steps: (
-            f"stack: kernel Richardson (softmax), {steps} step{'s' * (steps > 1)} = "
+            f"stack: kernel Richardson (softmax), {_count(steps, 'step')} = "
             f"{2 * steps + 2} layers (every hidden state)"
         ),
         lambda steps: (
@@ -224,7 +227,7 @@ def stack_rows(
 ) -> list[dict[str, Any]]:
     """Every stack's row at every depth of :data:`DEPTHS` on one case's tasks, ``Y`` scaled by
     ``2^k``; ``shape`` names the case."""
-    x = _rounded(data["x"] / gd_scale(data["x"]), dtype)
+    x = round_to(data["x"] / gd_scale(data["x"]), dtype)
     y, q = data["y"], data["q"]
     dt = DTYPES[dtype]
     tensors = [torch.as_tensor(a, dtype=dt) for a in (x, np.ldexp(y, k), q)]
@@ -261,22 +264,14 @@ def measure_states(
     """One row: ``run()``'s states against ``expected[b][l]`` (module docstring: every state's
     error within its own tolerance; the row reports the worst state). A stack that raises or
     returns inf/NaN gets a failed row with infinite error and a ``RuntimeWarning``."""
-    floor = float(np.finfo(np.dtype(dtype)).tiny)
-    base = cfg.tolerance[dtype]
-    row = {"construction": name, "reference": fam.reference, "dtype": dtype, "shape": shape}
-    try:
-        got = [s.detach().to(torch.float64).numpy() for s in run()]
-        problem = None if all(np.all(np.isfinite(s)) for s in got) else "returned inf/NaN"
-    except (ValueError, RuntimeError) as exc:
-        problem = f"raised {type(exc).__name__}: {exc}"
+    floor, base = smallest_normal(dtype), cfg.tolerance[dtype]
+    got, exc = attempt(run)
+    problem = problem_of(got, exc)
     if problem is None and len(got) != len(expected[0]):
         problem = f"kept {len(got)} states, expected {len(expected[0])}"
     if problem is not None:
-        warnings.warn(
-            f"verify: {name} on {shape} ({dtype}) {problem}", RuntimeWarning, stacklevel=2
-        )
-        inf = float("inf")
-        return row | {"max_abs_err": inf, "rel_err": inf, "tol": base, "passed": False}
+        warn_failed(name, shape, dtype, problem)
+        return row(name, fam.reference, dtype, shape, float("inf"), float("inf"), base)
     worst = (-1.0, 0.0, 0.0, base)
     for b, (states, bound) in enumerate(zip(expected, bounds, strict=True)):
         for layer, want in enumerate(states):
@@ -288,4 +283,4 @@ def measure_states(
             if err / size / tol > worst[0]:
                 worst = (err / size / tol, err, err / size, tol)
     _, err, rel, tol = worst
-    return row | {"max_abs_err": err, "rel_err": rel, "tol": tol, "passed": bool(rel <= tol)}
+    return row(name, fam.reference, dtype, shape, err, rel, tol)

@@ -1,0 +1,238 @@
+"""Mesa's chunked form: ``o_t = H^{kv}_tᵀ (H^{kk}_t + Λ)⁻¹ q_t`` with
+``H^{kk}_t = α_t H^{kk}_{t−1} + β_t k_t k_tᵀ`` and ``H^{kv}_t = α_t H^{kv}_{t−1} + β_t k_t v_tᵀ``
+(von Oswald et al. 2023, "Uncovering mesa-optimization algorithms in Transformers"; von Oswald
+et al. 2025, "MesaNet"), solved exactly at every position, in blocks of ``C`` tokens.
+
+**Without decay: Woodbury on leading principal submatrices.** In a block entered with the
+states ``S = H^{kk}_0``, ``P = H^{kv}_0``, with ``A = S + Λ``, the scaled keys and values
+``Z = Γ^{1/2} K``, ``Ṽ = Γ^{1/2} V`` (``Γ = diag(β)``, rows ``i = 1 … C``) and ``Z_t`` the first t
+rows of ``Z``, position t solves ``(A + Z_tᵀ Z_t) x_t = q_t``. By Woodbury,
+``x_t = A⁻¹ q_t − A⁻¹ Z_tᵀ y_t`` with ``Ĉ_t y_t = Z_t A⁻¹ q_t``, where ``Ĉ_t`` is the leading
+``t × t`` block of the one symmetric capacitance ``Ĉ = I + Z A⁻¹ Zᵀ`` (eigenvalues ≥ 1, so no
+``β_t → 0`` breaks it). The Cholesky factor of a leading block is the leading block of
+``L = chol(Ĉ)``, and so is its inverse: with ``G = Z A⁻¹ Qᵀ`` (``G_{it} = z_iᵀ A⁻¹ q_t``), column
+t of ``Y = L⁻ᵀ triu(L⁻¹ G)`` is ``y_t`` padded with zeros (``(L⁻¹G)_{jt}`` for ``j ≤ t`` uses
+rows ``≤ t`` of ``G`` only; ``triu`` drops the rows ``j > t``; ``L⁻ᵀ`` is upper triangular). Then
+``z_iᵀ x_t = Y_{it}`` for ``i ≤ t`` (since ``(Ĉ Y)_{it} = G_{it}`` there), hence
+
+``O = Q A⁻¹ P + Yᵀ (Ṽ − Z A⁻¹ P)``
+
+— one ``d × d`` Cholesky of ``A`` and one ``C × C`` Cholesky of ``Ĉ`` per block, the rest block
+matrix products (the triangular factors are inverted explicitly, by halves, so that the solves are
+products too); no ``d × d`` matrix per token. The entering states are prefix sums of the blocks'
+``Zᵀ Z`` and ``Zᵀ Ṽ``, so all blocks are computed at once (in groups of about ``GROUP_BYTES``).
+
+**Accuracy.** Woodbury solves ``H^{kk}_t + Λ`` through the base ``A``: its rounding error exceeds
+a direct solve's by up to the growth ``μ = λ_max(A⁻¹ (A + ZᵀZ)) = λ_max(Ĉ)`` of the system over
+the block (large when the block's keys fill directions that ``S + Λ`` barely covers, e.g. a small
+λ in the first block). Its bounds ``tr Ĉ − C + 1`` and ``‖Ĉ‖_∞`` (the largest absolute row sum)
+cost nothing more; a block where the smaller exceeds ``MAX_GROWTH`` (or a Cholesky fails in
+rounding) is solved per position instead.
+Once the past keys dominate the block's, ``μ → 1`` and every block is blocked.
+
+**With a per-token decay: one solve per position.** With ``a_t = Π α`` over the block,
+``H^{kk}_t + Λ = a_t (S + Λ / a_t + Σ_{i≤t} (β_i / a_i) k_i k_iᵀ)``: the ridge is not decayed,
+so the base ``S + Λ / a_t`` changes at every token and the capacitances of different positions
+are different matrices, not nested leading blocks of one. No factorisation is shared between
+positions (even a scalar λ, which diagonalises the base once, leaves a ``min(t, d)``-sized
+factorisation per token), so each position's ``H^{kk}_t + Λ`` is formed (the recursion stepped
+through the block's positions, all blocks of a group at once) and solved by LU with partial
+pivoting (batched; as fast as PyTorch's batched Cholesky solve at these sizes), a group of
+blocks of about ``GROUP_BYTES`` at a time.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnreg.sequence.chunked import blocks, lower_inverse, unblock
+
+CHUNK = 64
+GROUP_BYTES = 64 * 2**20  # temporaries per group of blocks
+MAX_GROWTH = 64.0  # above it, a block's Woodbury error may exceed a direct solve's too much
+
+
+def mesa_chunked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    log_decay: torch.Tensor | None,
+    lam: torch.Tensor,
+    chunk: int = CHUNK,
+) -> torch.Tensor:
+    """``o_t = H^{kv}_tᵀ (H^{kk}_t + diag(λ))⁻¹ q_t`` (``lam (H, d_k)``, ``log_decay = log α``
+    ``(B, H, T)`` or ``None``), exact at every position: the blocked Woodbury form when there is
+    no decay (``None`` or all ``α = 1``), one solve per position otherwise (module docstring)."""
+    if log_decay is None or not bool(log_decay.any()):
+        return mesa_woodbury(q, k, v, beta, lam, chunk)
+    return mesa_per_position(q, k, v, beta, log_decay, lam, chunk)
+
+
+def _group(per_block: int, n_blocks: int) -> int:
+    """Blocks per group: about ``GROUP_BYTES`` of temporaries, at least one block."""
+    return max(1, min(n_blocks, GROUP_BYTES // per_block))
+
+
+def _exclusive_prefix(sums: torch.Tensor) -> torch.Tensor:
+    """``Σ_{m<n} sums_m`` for every block n (axis 2) of ``sums (B, H, N, ·, ·)``, summed in
+    block order (the states entering the blocks; a loop: ``cumsum`` along a middle axis is
+    several times slower)."""
+    total = torch.zeros_like(sums[:, :, 0])
+    out = [total]
+    for n in range(sums.shape[2] - 1):
+        total = total + sums[:, :, n]
+        out.append(total)
+    return torch.stack(out, dim=2)
+
+
+def mesa_woodbury(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    lam: torch.Tensor,
+    chunk: int = CHUNK,
+) -> torch.Tensor:
+    """Mesa without decay by Woodbury on leading principal submatrices (module docstring); a
+    block whose growth bound exceeds ``MAX_GROWTH`` (or whose Cholesky fails) is solved per
+    position instead."""
+    (b, h, t_len), d_k, d_v = q.shape[:3], q.shape[-1], v.shape[-1]
+    qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
+    root = blocks(beta, chunk).sqrt().unsqueeze(-1)
+    zc, wc = root * kc, root * vc
+    # [H^{kk}_0 | H^{kv}_0] entering each block: prefix sums of the blocks' [ZᵀZ | ZᵀṼ]
+    states = _exclusive_prefix(zc.mT @ torch.cat([zc, wc], dim=-1))
+    n_blocks = qc.shape[2]
+    # the temporaries of _woodbury_blocks: A, L_A, L_A⁻¹; [Z; Q] L_A⁻ᵀ; [Ĉ | G], L, L⁻¹, Y and
+    # one product; [Z; Q] A⁻¹ P and the output
+    per_block = 3 * d_k * d_k + 2 * chunk * d_k + 6 * chunk * chunk + 3 * chunk * d_v
+    per_block *= b * h * q.element_size()
+    step = _group(per_block, n_blocks)
+    outs = []
+    for start in range(0, n_blocks, step):
+        part = slice(start, start + step)
+        args = (qc[:, :, part], zc[:, :, part], wc[:, :, part], states[:, :, part])
+        out, bad = _woodbury_blocks(*args, lam)
+        if bool(bad.any()):
+            reg = lam[:, None].expand((*bad.shape, d_k))[bad].unsqueeze(-2)
+            q_b, z_b, w_b, s_b = (x[bad] for x in args)
+            ones = torch.ones(chunk, chunk, dtype=q.dtype, device=q.device).tril()
+            kk_b, kv_b = s_b[..., :d_k], s_b[..., d_k:]
+            out[bad] = _positions(q_b, z_b, z_b, w_b, ones[-1], ones, ones[-1], (kk_b, kv_b), reg)
+        outs.append(out)
+    return unblock(torch.cat(outs, dim=2), t_len)
+
+
+def _woodbury_blocks(
+    q: torch.Tensor, z: torch.Tensor, w: torch.Tensor, states: torch.Tensor, lam: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``O = Q A⁻¹ P + Yᵀ (Ṽ − Z A⁻¹ P)`` for blocks ``(B, H, n, C, ·)`` of queries ``q``, scaled
+    keys ``z`` and values ``w``, entered with ``[S | P] = states`` (``(B, H, n, d_k, d_k + d_v)``),
+    and the blocks ``(B, H, n)`` to solve per position instead: a failed Cholesky or the growth
+    bound ``min(tr Ĉ − C + 1, ‖Ĉ‖_∞) ≥ λ_max(Ĉ)`` above ``MAX_GROWTH``."""
+    chunk, d_k = q.shape[-2:]
+    base = states[..., :d_k].clone()
+    base.diagonal(dim1=-2, dim2=-1).add_(lam[:, None])  # A = S + Λ
+    factor, info_a = torch.linalg.cholesky_ex(base)
+    inv_a = lower_inverse(factor)
+    both = torch.cat([z, q], dim=-2) @ inv_a.mT  # [Z; Q] L_A⁻ᵀ
+    zl = both[..., :chunk, :]
+    scores = zl @ both.mT  # [Z A⁻¹ Zᵀ | Z A⁻¹ Qᵀ]
+    cap = scores[..., :chunk]
+    cap.diagonal(dim1=-2, dim2=-1).add_(1.0)  # Ĉ = I + Z A⁻¹ Zᵀ
+    trace = cap.diagonal(dim1=-2, dim2=-1).sum(-1) - (chunk - 1)
+    growth = torch.minimum(trace, cap.abs().sum(-1).amax(-1))  # ≥ λ_max(Ĉ)
+    low, info_c = torch.linalg.cholesky_ex(cap)
+    inv = lower_inverse(low)
+    y = inv.mT @ (inv @ scores[..., chunk:]).triu_()
+    read = both @ (inv_a @ states[..., d_k:])  # [Z; Q] A⁻¹ P
+    bad = (info_a != 0) | (info_c != 0) | ~(growth <= MAX_GROWTH)
+    return read[..., chunk:, :] + y.mT @ (w - read[..., :chunk, :]), bad
+
+
+def mesa_per_position(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    log_decay: torch.Tensor | None,
+    lam: torch.Tensor,
+    chunk: int = CHUNK,
+) -> torch.Tensor:
+    """Mesa with a decay, one LU solve per position (module docstring): within a block
+    with cumulative log-decay ``G_t`` and entering states ``H^{kk}_0``, ``H^{kv}_0``,
+    ``H^{kk}_t = e^{G_t} H^{kk}_0 + Σ_{i≤t} e^{G_t − G_i} β_i k_i k_iᵀ`` and
+    ``o_t = e^{G_t} H^{kv}_0ᵀ x_t + Σ_{i≤t} e^{G_t − G_i} β_i (k_iᵀ x_t) v_i``."""
+    (b, h, t_len), d_k = q.shape[:3], q.shape[-1]
+    qc, kc, vc = (blocks(x, chunk) for x in (q, k, v))
+    bc = blocks(beta, chunk)
+    lg = q.new_zeros(b, h, t_len) if log_decay is None else log_decay
+    g = blocks(lg, chunk).cumsum(-1)  # (B, H, N, C); every difference below is ≤ 0
+    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
+    mix = (g[..., :, None] - g[..., None, :]).masked_fill(~causal, -torch.inf).exp()
+    mix = mix * bc.unsqueeze(-2)  # e^{G_t − G_i} β_i
+    last = g[..., -1:]
+    kw = kc * (bc * (last - g).exp()).unsqueeze(-1)
+    kk0, kv0 = _entering(kw.mT @ kc, kw.mT @ vc, last.squeeze(-1).exp())
+    n_blocks = qc.shape[2]
+    per_block = b * h * chunk * d_k * d_k * q.element_size() * 3
+    step = _group(per_block, n_blocks)
+    reg = lam[:, None, None].expand(b, h, n_blocks, 1, d_k)
+    alpha = blocks(lg, chunk).exp()
+    outs = []
+    for start in range(0, n_blocks, step):
+        part = slice(start, start + step)
+        q_p, k_p, v_p, mix_p, g_p, a_p, b_p = (
+            x[:, :, part] for x in (qc, kc, vc, mix, g, alpha, bc)
+        )
+        kb_p, entering = k_p * b_p.unsqueeze(-1), (kk0[:, :, part], kv0[:, :, part])
+        outs.append(
+            _positions(q_p, k_p, kb_p, v_p, a_p, mix_p, g_p.exp(), entering, reg[:, :, part])
+        )
+    return unblock(torch.cat(outs, dim=2), t_len)
+
+
+def _positions(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    kb: torch.Tensor,
+    v: torch.Tensor,
+    alpha: torch.Tensor,
+    mix: torch.Tensor,
+    decay: torch.Tensor,
+    entering: tuple[torch.Tensor, torch.Tensor],
+    reg: torch.Tensor,
+) -> torch.Tensor:
+    """One LU solve per position for blocks ``(…, C, ·)`` entered with ``kk0, kv0 = entering``
+    (``(…, d_k, ·)``): ``H_t = α_t H_{t−1} + (β_t k_t) k_tᵀ`` from ``kk0`` (``kb = β k``) is
+    stepped through the ``C`` positions of every block at once (``d_k²`` multiply-adds per
+    position, against ``C d_k²`` for one product of the mixing matrix with every ``k_i k_iᵀ``);
+    ``x_t = (H_t + Λ)⁻¹ q_t`` (``reg`` = λ ``(…, 1, d_k)``) and
+    ``o_t = decay_t kv0ᵀ x_t + Σ_i mix_{ti} (k_iᵀ x_t) v_i`` (``mix_{ti} = (a_t / a_i) β_i``,
+    ``decay_t = a_t``, ``a`` the decay accumulated over the block)."""
+    kk0, kv0 = entering
+    ridge = torch.diag_embed(reg.squeeze(-2))
+    state, systems = kk0, []
+    for c in range(k.shape[-2]):
+        state = torch.addcmul(
+            alpha[..., c, None, None] * state, kb[..., c, :, None], k[..., c, None, :]
+        )
+        systems.append(state + ridge)
+    x = torch.linalg.solve(torch.stack(systems, dim=-3), q)
+    return (x * decay.unsqueeze(-1)) @ kv0 + ((x @ k.mT) * mix) @ v
+
+
+def _entering(
+    kk_writes: torch.Tensor, kv_writes: torch.Tensor, block_decay: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The states entering each block (``(B, H, N, d_k, ·)``): ``H^{(n+1)} = a_n H^{(n)} + W_n``
+    from ``H^{(0)} = 0``, for the block writes ``W`` and block decays ``a`` (``(B, H, N)``)."""
+    kk, kv = torch.zeros_like(kk_writes[:, :, 0]), torch.zeros_like(kv_writes[:, :, 0])
+    kks, kvs = [], []
+    for n in range(kk_writes.shape[2]):
+        kks.append(kk)
+        kvs.append(kv)
+        a = block_decay[:, :, n, None, None]
+        kk, kv = torch.addcmul(kk_writes[:, :, n], a, kk), torch.addcmul(kv_writes[:, :, n], a, kv)
+    return torch.stack(kks, 2), torch.stack(kvs, 2)
