@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnreg.core.scaling import is_ordinary, ordinary_limit, power_of_two_scale
+from attnreg.core.scaling import is_ordinary, ordinary_limit, power_of_two_scale, unscaled
 
 
 @pytest.mark.parametrize(
@@ -43,3 +43,30 @@ def test_power_of_two_scale_and_is_ordinary_agree_on_the_boundaries():
     # a batch mixing both: only the extreme task is scaled
     x = torch.tensor([[[1.0]], [[2.0**300]]], dtype=torch.float64)
     assert power_of_two_scale(x).flatten().tolist() == [1.0, 2.0**301]
+
+
+@pytest.mark.parametrize(
+    "dtype, np_dtype", [(torch.float64, np.float64), (torch.float32, np.float32)]
+)
+@pytest.mark.parametrize("shape", [(1, 1), (64, 16), (300, 7)])
+def test_power_of_two_scale_of_many_entries_at_the_boundaries(dtype, np_dtype, shape):
+    """Tasks whose largest magnitude sits just inside or outside the ordinary range, as one
+    entry among many small ones, among zeros, or with every entry equal (so the per-task
+    2-norm of the one-pass test is far from, or equal to, the maximum), get the scale of the
+    exact maximum; ``unscaled`` says whether every scale is 1."""
+    limit = np.finfo(np_dtype).maxexp // 4
+    top, bottom = 2.0**limit, 2.0 ** (-limit - 1)
+    peaks = [top, top * 0.99, top / 2, bottom, bottom * 0.99, bottom * 2, 1.0]
+    tasks = []
+    for peak in peaks:
+        for fill in (peak, peak * 1e-3, 0.0):
+            task = np.full(shape, fill)
+            task.flat[-1] = -peak
+            tasks.append(task)
+    tasks.append(np.zeros(shape))
+    x = torch.tensor(np.stack(tasks), dtype=dtype)
+    want = [_scale_loop(float(np.abs(t).max()), limit) for t in x.double().numpy()]
+    assert power_of_two_scale(x).reshape(-1).tolist() == want
+    for task, scale in zip(x, want, strict=True):
+        assert unscaled(task[None]) == (scale == 1.0)
+    assert unscaled(x) == all(s == 1.0 for s in want)

@@ -239,8 +239,13 @@ class OLSTransformer(_RegressionLayer):
     def _fit_attend(self, x: torch.Tensor, y: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
         """Whiten, then build and run the layer one block of about 1 MiB of tasks at a time
         (:func:`attnreg.core.linear.task_blocks`): a block's keys serve ``W_P`` and the
-        forward pass while they are still in cache. With a hook registered, the whole batch
-        at once (so every hook sees every task), and so with the feed-forward block."""
+        forward pass while they are still in cache. The projections are folded where they cost
+        least: ``W_Q = L`` reaches the core as the metric of its bilinear similarity,
+        ``(X* L) kᵀ = X* L kᵀ``, and ``W_P`` goes into the values, ``V W_P = K P``, so the
+        core's linear path forms the ``d × dy`` state ``L (Kᵀ (K P))`` — neither the ``d × d``
+        state ``KᵀK`` nor the ``M × d`` queries ``X* L``. With a hook registered, the whole
+        batch at once through the layer's own forward (so every hook sees every task, with
+        ``hook_q`` = ``X* W_Q`` and ``hook_v`` = ``X W_V``), and so with the feed-forward block."""
         hooked = any(m.active for m in self.attn.modules() if isinstance(m, HookPoint))
         if hooked or self.ffn is not None:
             return super()._fit_attend(x, y, xq)
@@ -253,8 +258,10 @@ class OLSTransformer(_RegressionLayer):
             per_task = max(t[0].numel() * t.element_size() for t in (x, xq))
             for block in task_blocks(x.shape[0], per_task):
                 keys, proj[block] = self._keys_projection(white, x, y, block)
-                q = project(xq[block], white.matrix[block])
-                out[block] = self.attn(q, keys, keys, w_o=proj[block], beta=1.0 / white.scale)
+                values = project(keys, proj[block])  # X W_V W_P, (tasks, N, dy)
+                out[block] = self.attn(
+                    xq[block], keys, values, metric=white.matrix[block], beta=1.0 / white.scale
+                )
             return out
 
         out = self.rescaling.answer(xq, run)

@@ -26,6 +26,7 @@ Sources: Goulet Coulombe, "OLS as an Attention Mechanism" (arXiv 2504.09663); Ta
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -227,22 +228,24 @@ def _cholesky(x: torch.Tensor, lam: torch.Tensor, c: float) -> Whitening:
     if bool((lam > 0).any()):
         s = s + lam.view(-1, 1, 1) * torch.eye(d, dtype=x.dtype, device=x.device)
     chol, info = torch.linalg.cholesky_ex(s)
-    refused = bool(info.any())  # info > 0: the leading minor of that order is not positive
-    if not refused:
+    unit = torch.finfo(x.dtype).eps / 2
+    worst = math.inf  # info > 0: the leading minor of that order is not positive
+    if not bool(info.any()):
         eye = torch.eye(d, dtype=x.dtype, device=x.device).expand_as(s)
         matrix = torch.linalg.solve_triangular(chol, eye, upper=False).mT
         # κ ≤ tr(S) · ‖S⁻¹‖_F-like estimate ≤ d² κ: tr(S) ∈ [λ_max, d λ_max], ‖L‖_F² = tr(S⁻¹)
-        estimate = s.diagonal(dim1=-2, dim2=-1).mean(-1) * (d * matrix.square().sum((-2, -1)))
-        unit = torch.finfo(x.dtype).eps / 2
-        refused = not bool((estimate * unit * max(n, d) <= 1).all())
-    if refused:
+        # (the norm reduces L in place: no B × d × d temporary)
+        frobenius = torch.linalg.vector_norm(matrix, dim=(-2, -1))
+        estimate = s.diagonal(dim1=-2, dim2=-1).mean(-1) * (d * frobenius.square())
+        worst = float(estimate.max())  # NaN propagates: refused below
+    if not worst * unit * max(n, d) <= 1:
         raise ValueError(
             "x: XᵀX is numerically singular for the Cholesky whitening (rank-deficient or too "
             "ill-conditioned a design: collinear, constant or all-zero columns, or N < d); use "
             "method='svd' (pseudo-inverse, minimum-norm) or ridge > 0"
         )
     rank = torch.full((x.shape[0],), d, dtype=torch.long, device=x.device)
-    if bool((estimate * unit**0.5 > 1).any()):
+    if worst * unit**0.5 > 1:
         # the bound (≥ κ) reaches the warning threshold: refine it (≤ κ) before warning
         estimate = torch.minimum(estimate, cholesky_condition(s, matrix))
     return Whitening(matrix, None, None, rank, c, lam, estimate)
