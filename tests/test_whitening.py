@@ -116,3 +116,29 @@ def test_every_method_warns_past_the_same_condition_threshold(method):
         expected = q @ np.linalg.lstsq(x, y, rcond=None)[0]
         rel = np.abs(got - expected).max() / np.abs(expected).max()
         assert rel <= 64 * unit * true_kappa, (method, true_kappa, rel)
+
+
+@pytest.mark.parametrize("method", ["cholesky", "eigh"])  # svd: R-only QR, no backward
+def test_whitening_inside_a_trained_graph_warns_nothing_and_passes_gradients(method: str) -> None:
+    """Keys that carry a gradient (a trained projection before the whitening, as in the compare
+    study's whitened regressors): no warning (no scalar read of a tensor that requires grad),
+    and the gradient of ``sum(L)`` matches central differences in float64."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 12, 3, generator=g, dtype=torch.float64)
+    w = torch.randn(3, 3, generator=g, dtype=torch.float64).requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        whitening_matrix(x @ w, method=method).matrix.sum().backward()
+    assert w.grad is not None
+    step, numeric = 1e-6, torch.zeros(3, 3, dtype=torch.float64)
+    with torch.no_grad():
+        for i in range(3):
+            for j in range(3):
+                e = torch.zeros(3, 3, dtype=torch.float64)
+                e[i, j] = step
+                up = whitening_matrix(x @ (w + e), method=method).matrix.sum()
+                down = whitening_matrix(x @ (w - e), method=method).matrix.sum()
+                numeric[i, j] = (up - down) / (2 * step)
+    # central differences: truncation O(step²), rounding O(u·|f|/step)
+    bound = 1e-6 * max(1.0, float(numeric.abs().max()))
+    assert float((w.grad - numeric).abs().max()) <= bound

@@ -237,7 +237,7 @@ def _cholesky(x: torch.Tensor, lam: torch.Tensor, c: float) -> Whitening:
         # (the norm reduces L in place: no B × d × d temporary)
         frobenius = torch.linalg.vector_norm(matrix, dim=(-2, -1))
         estimate = s.diagonal(dim1=-2, dim2=-1).mean(-1) * (d * frobenius.square())
-        worst = float(estimate.max())  # NaN propagates: refused below
+        worst = float(estimate.detach().max())  # NaN propagates: refused below
     if not worst * unit * max(n, d) <= 1:
         raise ValueError(
             "x: XᵀX is numerically singular for the Cholesky whitening (rank-deficient or too "
