@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from tiny_depth import TINY_DEPTH
 
 from attnreg.constructions import LSAStack
 from attnreg.data.tasks import Tasks, TaskSampler
@@ -20,30 +21,7 @@ from attnreg.studies.depth.iterates import best_matches, gd_iterates, method_ite
 from attnreg.studies.depth.noise import bayes_ridge_curve, min_norm_error
 
 U64 = 2.0**-53
-TINY = {
-    "atlas_d": 3,
-    "kappas": [1.0, 30.0, 1000.0],
-    "atlas_n_ctx": [2, 8],
-    "eps": [1e-2, 1e-6],
-    "cap": 60,
-    "atlas_queries": 4,
-    "train_d": 3,
-    "train_layers": [1, 2],
-    "train_kappas": [10.0],
-    "train_n_ctx": [6],
-    "steps": 40,
-    "batch": 64,
-    "eval_tasks": 100,
-    "max_iterates": 5,
-    "noise_d": 3,
-    "noise_n_ctx": [1, 2, 6],
-    "noise_layers": 1,
-    "noise_steps": 40,
-    "curve_tasks": 300,
-    "mixed_n_ctx": 6,
-    "max_depth_loss_ratio": 100.0,
-    "max_curve_z": 100.0,
-}
+TINY = {**TINY_DEPTH, "max_depth_loss_ratio": 100.0, "max_curve_z": 100.0}
 ATLAS_KEYS = {"method", "kappa", "n_ctx", "eps", "layers_needed", "theory_layers"}
 TRAINED_KEYS = {"layer", "method", "best_match", "match_error", "residual_cosine"}
 

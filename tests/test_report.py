@@ -7,6 +7,7 @@ import math
 import pytest
 from chromium import chromium
 from PIL import Image
+from tiny_depth import TINY_DEPTH
 
 from attnreg.report.build import build_report
 from attnreg.report.page import render, section
@@ -100,28 +101,7 @@ TINY = {
         "input_scales": [1.0, 2.0],
         "teacher_scales": [1.0],
     },
-    "depth": {
-        "atlas_d": 3,
-        "kappas": [1.0, 30.0, 1000.0],
-        "atlas_n_ctx": [2, 8],
-        "eps": [1e-2, 1e-6],
-        "cap": 60,
-        "atlas_queries": 4,
-        "train_d": 3,
-        "train_layers": [1, 2],
-        "train_kappas": [10.0],
-        "train_n_ctx": [6],
-        "steps": 40,
-        "batch": 64,
-        "eval_tasks": 100,
-        "max_iterates": 5,
-        "noise_d": 3,
-        "noise_n_ctx": [1, 2, 6],
-        "noise_layers": 1,
-        "noise_steps": 40,
-        "curve_tasks": 300,
-        "mixed_n_ctx": 6,
-    },
+    "depth": dict(TINY_DEPTH),
     "layers": {
         "d": 3,
         "n_ctx": 6,
