@@ -27,9 +27,9 @@ from attnreg.core.validation import (
     ArrayLike,
     as_tensor,
     check_finite_result,
+    check_model_tasks,
     check_positive,
     check_positive_int,
-    check_tasks,
     check_underflow,
     per_step,
 )
@@ -161,12 +161,7 @@ class VonOswaldSummaryLayer(Hooked):
     def _checked(
         self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[int, ...]]:
-        xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
-        if xc.shape[2] != self.d or yc.shape[2] != self.dy:
-            raise ValueError(
-                f"x_ctx/y_ctx shapes {tuple(xc.shape)}/{tuple(yc.shape)} do not fit this layer "
-                f"(d = {self.d}, dy = {self.dy})"
-            )
+        xc, yc, xq, shape = check_model_tasks(x_ctx, y_ctx, x_query, self.d, self.dy)
         device = self.kq.device
         return xc.to(device), yc.to(device), xq.to(device), shape
 

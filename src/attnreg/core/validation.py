@@ -269,6 +269,20 @@ def check_tasks(
     return xc, yc, xq, out_shape
 
 
+def check_model_tasks(
+    x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike, d: int, dy: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[int, ...]]:
+    """:func:`check_tasks` for a model built for ``d`` features and ``dy`` targets: a
+    ``ValueError`` stating both shapes and the model's widths when they do not fit."""
+    xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
+    if xc.shape[2] != d or yc.shape[2] != dy:
+        raise ValueError(
+            f"x_ctx/y_ctx shapes {tuple(xc.shape)}/{tuple(yc.shape)} do not fit this model "
+            f"(d = {d}, dy = {dy})"
+        )
+    return xc, yc, xq, shape
+
+
 def check_finite_result(out: torch.Tensor, name: str = "predict") -> torch.Tensor:
     """Return ``out`` if every entry is finite; else a ``ValueError``: the inputs were finite
     (they are checked on entry), so the computation overflowed at this input scale."""

@@ -46,6 +46,7 @@ from attnreg.core.validation import (
     ArrayLike,
     check_choice,
     check_finite_result,
+    check_model_tasks,
     check_positive,
     check_seed,
     check_tasks,
@@ -297,12 +298,7 @@ class TrainableOLSTransformer(Hooked):
         training targets), so ``y_ctx`` is validated for its shape but not read: the context
         ``X`` is the fast memory. ``(B, N, d), (B, N, dy), (B, M, d) -> (B, M, dy)``, computed
         and returned in the model's dtype."""
-        xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
-        if xc.shape[-1] != self.d or yc.shape[-1] != self.dy:
-            raise ValueError(
-                f"x_ctx/y_ctx shapes {tuple(xc.shape)}/{tuple(yc.shape)} do not fit this model "
-                f"(d = {self.d}, dy = {self.dy})"
-            )
+        xc, yc, xq, shape = check_model_tasks(x_ctx, y_ctx, x_query, self.d, self.dy)
         dtype = self.w_q.dtype
         xc, yc, xq = xc.to(dtype), yc.to(dtype), xq.to(dtype)
 

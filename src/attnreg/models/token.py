@@ -29,8 +29,8 @@ from attnreg.core.validation import (
     ArrayLike,
     as_tensor,
     check_finite_result,
+    check_model_tasks,
     check_positive_int,
-    check_tasks,
     check_underflow,
 )
 
@@ -211,13 +211,8 @@ class TokenModel(Hooked, ABC):
     def _checked(
         self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[int, ...]]:
-        """:func:`check_tasks`, the model's ``d`` and ``dy`` checked, moved to its device."""
-        xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
-        if xc.shape[2] != self.d or yc.shape[2] != self.dy:
-            raise ValueError(
-                f"x_ctx/y_ctx shapes {tuple(xc.shape)}/{tuple(yc.shape)} do not fit this model "
-                f"(d = {self.d}, dy = {self.dy})"
-            )
+        """:func:`check_model_tasks`, moved to the model's device."""
+        xc, yc, xq, shape = check_model_tasks(x_ctx, y_ctx, x_query, self.d, self.dy)
         device = next(self.parameters()).device
         return xc.to(device), yc.to(device), xq.to(device), shape
 
