@@ -4,7 +4,7 @@ quick and full profiles. A leaf: no torch, no other study module."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from attnreg.config import check_fields
@@ -156,8 +156,3 @@ def full_config(**changes: Any) -> DepthConfig:
     }
     base.update(changes)
     return DepthConfig(**base)
-
-
-def config_dict(cfg: DepthConfig) -> dict[str, Any]:
-    """The config as a plain dict."""
-    return asdict(cfg)

@@ -18,6 +18,7 @@ The ``--json`` view: the atlas rows (``method``, ``kappa``, ``n_ctx``, ``eps``,
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from typing import Any
 
 from attnreg.core.threads import torch_threads
@@ -25,7 +26,7 @@ from attnreg.depth import AtlasGrid, depth_atlas, fit_slopes
 from attnreg.progress import Progress
 from attnreg.studies.common import FigureRecord, StudyResult
 from attnreg.studies.depth.claims import depth_claims, middle_eps
-from attnreg.studies.depth.config import DepthConfig, config_dict
+from attnreg.studies.depth.config import DepthConfig
 from attnreg.studies.depth.noise import curve_rows, mixed_rows
 from attnreg.studies.depth.summary import atlas_summary, lead, noise_summary, trained_summary
 from attnreg.studies.depth.trained import trained_rows
@@ -101,9 +102,7 @@ def _run(cfg: DepthConfig, progress: Progress) -> StudyResult:
         "depth_matches": [r for r in trained if r["kind"] == "trained"],
         "depth_slopes": slopes,
     }
-    return StudyResult(
-        "depth", config_dict(cfg), rows, figures, summary, checks, tables, claims=claims
-    )
+    return StudyResult("depth", asdict(cfg), rows, figures, summary, checks, tables, claims=claims)
 
 
 JSON_KINDS = ("atlas", "trained")

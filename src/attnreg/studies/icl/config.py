@@ -4,7 +4,7 @@ al. 2023; Ahn et al. 2023)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from attnreg.config import check_device, check_fields
@@ -165,8 +165,3 @@ def full_config(**changes: Any) -> ICLConfig:
     }
     base.update(changes)
     return ICLConfig(**base)
-
-
-def config_dict(cfg: ICLConfig) -> dict[str, Any]:
-    """The config as a plain dict."""
-    return asdict(cfg)

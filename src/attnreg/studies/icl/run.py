@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -41,7 +42,7 @@ from attnreg.models import TokenModel, TrainableLSA
 from attnreg.progress import Progress
 from attnreg.studies.common import StudyResult, check
 from attnreg.studies.icl.claims import icl_claims
-from attnreg.studies.icl.config import MODEL_SPECS, ICLConfig, config_dict
+from attnreg.studies.icl.config import MODEL_SPECS, ICLConfig
 from attnreg.studies.icl.metrics import alignment
 from attnreg.studies.icl.references import (
     Reference,
@@ -235,9 +236,7 @@ def _run(cfg: ICLConfig, progress: Progress) -> StudyResult:
             )
     figures = make_figures(cfg, rows, models, results, histories, refs)
     summary["wall time"] = f"{time.perf_counter() - t_start:.1f} s ({cfg.threads} thread(s))"
-    result = StudyResult(
-        "icl", config_dict(cfg), rows, figures, summary, checks, models=checkpoints
-    )
+    result = StudyResult("icl", asdict(cfg), rows, figures, summary, checks, models=checkpoints)
     result.claims = icl_claims(rows, cfg)
     return result
 

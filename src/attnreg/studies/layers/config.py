@@ -3,7 +3,7 @@ experiment's grid, the check thresholds, and the quick and full profiles (a leaf
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from attnreg.config import check_fields
@@ -140,8 +140,3 @@ def full_config(**changes: Any) -> LayersConfig:
     }
     base.update(changes)
     return LayersConfig(**base)
-
-
-def config_dict(cfg: LayersConfig) -> dict[str, Any]:
-    """The config as a plain dict."""
-    return asdict(cfg)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ from attnreg.explaining import Explanation, explain
 from attnreg.progress import Progress
 from attnreg.studies.common import StudyResult
 from attnreg.studies.layers.claims import layers_claims
-from attnreg.studies.layers.config import LAYERS, LayersConfig, config_dict
+from attnreg.studies.layers.config import LAYERS, LayersConfig
 from attnreg.studies.layers.curves import (
     make_sampler,
     position_losses,
@@ -142,7 +143,7 @@ def _run(cfg: LayersConfig, progress: Progress) -> StudyResult:
     )
     return StudyResult(
         "layers",
-        config_dict(cfg),
+        asdict(cfg),
         rows,
         figures,
         summary,

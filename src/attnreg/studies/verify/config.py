@@ -4,7 +4,7 @@ profiles (both the defaults: the certificate has one scale)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -81,8 +81,3 @@ def quick_config() -> VerifyConfig:
 def full_config() -> VerifyConfig:
     """The full profile: the defaults too (the certificate is already complete)."""
     return VerifyConfig()
-
-
-def config_dict(cfg: VerifyConfig) -> dict[str, Any]:
-    """The config as a plain dict (for stored results and captions)."""
-    return asdict(cfg)

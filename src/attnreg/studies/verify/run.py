@@ -3,13 +3,13 @@ certificate figure, as a :class:`~attnreg.studies.common.StudyResult`."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from attnreg.progress import Progress
 from attnreg.studies.common import StudyResult, check
 from attnreg.studies.verify.certificate import certificate
 from attnreg.studies.verify.claims import certificate_claims
-from attnreg.studies.verify.config import VerifyConfig, config_dict
+from attnreg.studies.verify.config import VerifyConfig
 from attnreg.studies.verify.figures import certificate_figure
 from attnreg.studies.verify.sign import literal_sign_distances, sign_claims, sign_sentence
 
@@ -41,6 +41,6 @@ def run(cfg: VerifyConfig | None = None, progress: Progress | None = None) -> St
     plus, minus = literal_sign_distances(cfg.seed)
     summary["von Oswald summary, as written"] = sign_sentence(plus, minus)
     figures = [certificate_figure(rows, cfg)]
-    result = StudyResult("verify", config_dict(cfg), rows, figures, summary, checks)
+    result = StudyResult("verify", asdict(cfg), rows, figures, summary, checks)
     result.claims = certificate_claims(rows, cfg.dtypes) + sign_claims(plus, minus)
     return result
