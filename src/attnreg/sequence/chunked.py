@@ -140,13 +140,13 @@ def _linear_segment(
     g = log_decay.cumsum(-1)
     last = g[..., -1:]
     writes = (k * (last - g).exp().unsqueeze(-1)).mT @ v
-    entering, state = _carry(writes, last.squeeze(-1).exp(), state, dim=0)
+    entering, state = carry_states(writes, last.squeeze(-1).exp(), state, dim=0)
     inter = (q * g.exp().unsqueeze(-1)) @ entering
     out = torch.baddbmm(_batched(inter), _batched(scores * _decay_matrix(g)), _batched(v))
     return out.view_as(inter), state
 
 
-def _carry(
+def carry_states(
     writes: torch.Tensor, block_decay: torch.Tensor, state: torch.Tensor, dim: int = 2
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The state entering each block, ``S^{(n+1)} = a_n ⊙ S^{(n)} + W_n`` from ``S^{(0)} = state``
@@ -196,7 +196,7 @@ def _diagonal_segment(
     scores = (q.unsqueeze(-2) * k_eps.unsqueeze(-3) * diff.exp()).sum(-1)  # (…, C, C)
     last = g[..., -1:, :]
     writes = (k_eps * (last - g).exp()).mT @ v
-    entering, state = _carry(writes, last.squeeze(-2).exp(), state, dim=0)
+    entering, state = carry_states(writes, last.squeeze(-2).exp(), state, dim=0)
     return (q * g.exp()) @ entering + scores @ v, state
 
 

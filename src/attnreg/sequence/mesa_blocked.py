@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import torch
 
-from attnreg.sequence.chunked import blocks, lower_inverse, unblock
+from attnreg.sequence.chunked import blocks, carry_states, lower_inverse, unblock
 
 CHUNK = 64
 GROUP_BYTES = 64 * 2**20  # temporaries per group of blocks
@@ -74,18 +74,6 @@ def _group(per_block: int, n_blocks: int) -> int:
     return max(1, min(n_blocks, GROUP_BYTES // per_block))
 
 
-def _exclusive_prefix(sums: torch.Tensor) -> torch.Tensor:
-    """``Σ_{m<n} sums_m`` for every block n (axis 2) of ``sums (B, H, N, ·, ·)``, summed in
-    block order (the states entering the blocks; a loop: ``cumsum`` along a middle axis is
-    several times slower)."""
-    total = torch.zeros_like(sums[:, :, 0])
-    out = [total]
-    for n in range(sums.shape[2] - 1):
-        total = total + sums[:, :, n]
-        out.append(total)
-    return torch.stack(out, dim=2)
-
-
 def mesa_woodbury(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -102,7 +90,8 @@ def mesa_woodbury(
     root = blocks(beta, chunk).sqrt().unsqueeze(-1)
     zc, wc = root * kc, root * vc
     # [H^{kk}_0 | H^{kv}_0] entering each block: prefix sums of the blocks' [ZᵀZ | ZᵀṼ]
-    states = _exclusive_prefix(zc.mT @ torch.cat([zc, wc], dim=-1))
+    sums = zc.mT @ torch.cat([zc, wc], dim=-1)
+    states = carry_states(sums, sums.new_ones(sums.shape[:3]), torch.zeros_like(sums[:, :, 0]))[0]
     n_blocks = qc.shape[2]
     # the temporaries of _woodbury_blocks: A, L_A, L_A⁻¹; [Z; Q] L_A⁻ᵀ; [Ĉ | G], L, L⁻¹, Y and
     # one product; [Z; Q] A⁻¹ P and the output
@@ -174,7 +163,9 @@ def mesa_per_position(
     mix = mix * bc.unsqueeze(-2)  # e^{G_t − G_i} β_i
     last = g[..., -1:]
     kw = kc * (bc * (last - g).exp()).unsqueeze(-1)
-    kk0, kv0 = _entering(kw.mT @ kc, kw.mT @ vc, last.squeeze(-1).exp())
+    writes = torch.cat([kw.mT @ kc, kw.mT @ vc], dim=-1)  # [H^{kk} | H^{kv}] writes per block
+    states = carry_states(writes, last.squeeze(-1).exp(), torch.zeros_like(writes[:, :, 0]))[0]
+    kk0, kv0 = states[..., :d_k], states[..., d_k:]
     n_blocks = qc.shape[2]
     per_block = b * h * chunk * d_k * d_k * q.element_size() * 3
     step = _group(per_block, n_blocks)
@@ -221,18 +212,3 @@ def _positions(
         systems.append(state + ridge)
     x = torch.linalg.solve(torch.stack(systems, dim=-3), q)
     return (x * decay.unsqueeze(-1)) @ kv0 + ((x @ k.mT) * mix) @ v
-
-
-def _entering(
-    kk_writes: torch.Tensor, kv_writes: torch.Tensor, block_decay: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The states entering each block (``(B, H, N, d_k, ·)``): ``H^{(n+1)} = a_n H^{(n)} + W_n``
-    from ``H^{(0)} = 0``, for the block writes ``W`` and block decays ``a`` (``(B, H, N)``)."""
-    kk, kv = torch.zeros_like(kk_writes[:, :, 0]), torch.zeros_like(kv_writes[:, :, 0])
-    kks, kvs = [], []
-    for n in range(kk_writes.shape[2]):
-        kks.append(kk)
-        kvs.append(kv)
-        a = block_decay[:, :, n, None, None]
-        kk, kv = torch.addcmul(kk_writes[:, :, n], a, kk), torch.addcmul(kv_writes[:, :, n], a, kv)
-    return torch.stack(kks, 2), torch.stack(kvs, 2)
