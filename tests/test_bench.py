@@ -16,6 +16,7 @@ from attnreg.bench import (
     p2_retrieval,
     p3_linear_attention,
     p7_kernel_smoother,
+    p8_floor,
     p8_sequence,
     parse_ids,
     run_benchmarks,
@@ -27,7 +28,7 @@ from attnreg.bench.p7_kernel_smoother import p7_beta, p7_data, p7_reference, p7_
 from attnreg.bench.sizes import SMOKE
 from attnreg.cli import app
 from attnreg.data.tasks import TaskSampler
-from attnreg.sequence.workload import attnreg_call, fla_calls, fla_output
+from attnreg.sequence.workload import attnreg_call, fla_calls, fla_output, workload_inputs
 from attnreg.training import generator
 
 KEYS = {"id", "workload", "value", "unit", "target", "passed", "reference", "details"}
@@ -189,8 +190,32 @@ def test_p8_smoke_rows_are_consistent_and_agree_with_fla():
             else:
                 assert torch.all(diff.norm(dim=-1) <= bound), name
             assert layer["max_abs_diff"] == float(diff.abs().max())  # the same threads
+        floor = details["delta_wy_floor"]
+        assert list(floor) == [str(c) for c in p8_floor.FLOOR_CHUNKS]
+        delta = layers["delta_rule"]["seconds"]
+        rate = details["matmul_rate_gflops_interleaved"] * 1e9
+        for chunk, row in floor.items():
+            sec = delta[f"wy_floor_c{chunk}"]
+            assert row["seconds"] == sec
+            assert row["fraction_of_matmul_rate"] == details["delta_useful_flops"] / sec / rate
+            assert row["speedup_vs_fla_recurrent"] == delta["fla_recurrent"] / sec
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("chunk", p8_floor.FLOOR_CHUNKS)
+def test_p8_floor_is_the_delta_rule_in_float64(chunk):
+    """The floor's products, given the triangular inverses, compute DeltaNet: its output (queries
+    scaled by ``d_k^{-1/2}``) equals the numpy LMS loop in float64, with segments of two blocks so
+    that the state is carried between segments, within the delta rule's rounding bound."""
+    x = workload_inputs(batch=2, heads=2, length=4 * chunk, d_k=8, d_v=5, dtype=torch.float64)
+    got = p8_floor.unblock_output(p8_floor.wy_products(x, chunk, segment=2 * chunk)(), 2).numpy()
+    q, k, v, beta = (x[n].numpy() for n in ("q", "k", "v", "beta"))
+    q = q * 8**-0.5
+    want, mags = ref.heads(ref.lms, q, k, v, beta, np.ones(beta.shape))
+    steps = np.arange(1, 4 * chunk + 1)
+    bound = 8 * ref.U64 * (8 + steps) * steps * np.linalg.norm(q, axis=-1) * mags
+    assert np.all(np.linalg.norm(got - want, axis=-1) <= bound)
 
 
 def _gd_in_numpy(tasks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -5,7 +5,11 @@ chunked form against flash-linear-attention's pure-PyTorch references (``fla-cor
 the chunked form (for Mesa 30 steps of conjugate gradient), on the same inputs, in alternation;
 DeltaNet's rate on its useful flops against the fp32 matmul rate measured in alternation with it;
 the peak extra memory of each attnreg call in a child process; the largest difference of each
-attnreg output from fla's recurrence.
+attnreg output from fla's recurrence; and, in alternation with DeltaNet's calls, the floor of its
+chunked form: the WY form's matrix products alone at chunk sizes 32 and 64
+(:mod:`attnreg.bench.p8_floor`, ``details.delta_wy_floor``), whose fraction of the matmul rate
+and speed-up over fla's recurrence bound what any implementation of that form with PyTorch's
+batched products reaches on the machine measured.
 
 **Mesa, with and without decay.** The target's Mesa is the Mesa layer without decay (von Oswald
 et al. 2023; fla's MesaNet references with the log-gate 0), computed blocked. MesaNet's
@@ -26,13 +30,14 @@ Without ``fla-core`` the attnreg side is timed alone, the row says so and the co
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 
 import torch
 
 from attnreg.bench.common import BenchResult, matmul_fn, measure_peak, median, time_interleaved
 from attnreg.bench.limits import Limit, judge, target_text
+from attnreg.bench.p8_floor import FLOOR_CHUNKS, wy_products
 from attnreg.bench.sizes import Sizes
 from attnreg.sequence.workload import (
     Inputs,
@@ -107,15 +112,15 @@ def _fla_available() -> str | None:
 
 
 def _bench_layer(
-    layer: str, x: Inputs, repeat: int, with_fla: bool, matmul: Callable[[], object] | None
+    layer: str, x: Inputs, repeat: int, with_fla: bool, extra: dict[str, Callable[[], object]]
 ) -> dict[str, object]:
-    """Median seconds of attnreg's chunked form and fla's two forms (and the matmul, when
-    given) in alternation; the largest difference of attnreg's output from fla's recurrence."""
+    """Median seconds of attnreg's chunked form, fla's two forms and the ``extra`` calls (the
+    matmul, the WY floor) in alternation; the largest difference of attnreg's output from fla's
+    recurrence."""
     fns: dict[str, Callable[[], object]] = {"attnreg": partial(attnreg_call, layer, x)}
     if with_fla:
         fns.update({f"fla_{k}": f for k, f in fla_calls(layer, x).items()})
-    if matmul is not None:
-        fns["matmul"] = matmul
+    fns.update(extra)
     with torch.no_grad():
         times = time_interleaved(fns, repeat)
         ours = attnreg_call(layer, x)
@@ -134,10 +139,10 @@ def bench_p8(sizes: Sizes, repeat: int, rate: float, threads: int) -> BenchResul
     missing = _fla_available()
     mm, mm_flops = matmul_fn(sizes.matmul)
     layers: dict[str, dict[str, object]] = {}
+    floors = {f"wy_floor_c{c}": wy_products(x, c) for c in FLOOR_CHUNKS if length % c == 0}
     for layer in P8_LAYERS + REPORTED_LAYERS:
-        layers[layer] = _bench_layer(
-            layer, x, repeat, missing is None, mm if layer == "delta_rule" else None
-        )
+        extra = {"matmul": mm, **floors} if layer == "delta_rule" else {}
+        layers[layer] = _bench_layer(layer, x, repeat, missing is None, extra)
         sec = layers[layer]["seconds"]
         assert isinstance(sec, dict)
         if missing is None:
@@ -191,8 +196,26 @@ def bench_p8(sizes: Sizes, repeat: int, rate: float, threads: int) -> BenchResul
             "matmul_rate_gflops_interleaved": local_rate / 1e9,
             "matmul_rate_gflops_first": rate / 1e9,
             "delta_fraction_vs_first_rate": flops / delta_sec["attnreg"] / rate,
+            "delta_wy_floor": _floor_rows(delta_sec, floors, flops, local_rate),
         },
     )
+
+
+def _floor_rows(
+    seconds: dict[str, float], names: Iterable[str], flops: float, rate: float
+) -> dict[str, dict[str, float | None]]:
+    """Per chunk size, the WY floor's median seconds, its fraction of the matmul rate on
+    DeltaNet's useful flops and its speed-up over fla's recurrence (``None`` without fla)."""
+    rows: dict[str, dict[str, float | None]] = {}
+    for name in names:
+        sec = seconds[name]
+        fla = seconds.get("fla_recurrent")
+        rows[name.removeprefix("wy_floor_c")] = {
+            "seconds": sec,
+            "fraction_of_matmul_rate": flops / sec / rate,
+            "speedup_vs_fla_recurrent": None if fla is None else fla / sec,
+        }
+    return rows
 
 
 def _column(layers: dict[str, dict[str, object]], key: str) -> list:
