@@ -27,7 +27,7 @@ from attnreg.sequence import (
     softmax_attention,
 )
 
-B, H, T, D, DV = 1, 2, 80, 6, 3  # T > 64: two blocks of the chunked forms
+B, H, T, D, DV = 1, 2, 80, 6, 3  # T > 64: two or more blocks of the chunked forms
 KINDS = ("random", "correlated", "rank_deficient")
 MODES = ("chunk", "recurrent")
 BIG, SMALL = 2.0**330, 2.0**-330
@@ -477,7 +477,8 @@ def test_local_linear_attention_generalises_softmax_attention():
 
 @pytest.mark.parametrize("decayed", [False, True])
 def test_chunked_forms_equal_the_recurrences_at_moderate_length(decayed):
-    """T = 600 (two segments of 512 tokens; nine full blocks of 64 and a padded one), d = 16:
+    """T = 600 (two segments of 512 tokens; nine full blocks of 64 and a padded one, eighteen of
+    32 for the delta rules), d = 16:
     the chunked forms equal the token-by-token recurrences, both within the bounds of the numpy
     references."""
     t, d = 600, 16
@@ -520,26 +521,26 @@ def test_chunked_forms_equal_the_recurrences_at_moderate_length(decayed):
         assert np.all(np.linalg.norm(out - want, axis=-1) <= 8 * ref.U64 * n * parts)
 
 
+@pytest.mark.parametrize("c", [32, 64])
 @pytest.mark.parametrize("kind", KINDS)
-def test_the_ut_transform_solve_is_a_triangular_solve(kind):
-    """The delta rule's block solve ``(I + A)⁻¹ R`` (block forward substitution on the halves,
-    with the half-block inverses from ``lower_inverse``) against scipy's triangular solve, for
-    ``A`` the strictly lower part of ``diag(β) K Kᵀ`` of random, nearly collinear and
-    rank-deficient keys, in float64: within ``4 u C |T| |I + A| |X|`` elementwise (the forward
-    error of a triangular solve)."""
+def test_the_ut_transform_solve_is_a_triangular_solve(kind, c):
+    """The delta rule's block solve ``[Ũ | W] = T diag(β) [V | K]`` with ``T = (I + A)⁻¹`` from
+    ``lower_inverse`` (as ``delta_chunked`` forms it) against scipy's triangular solve of
+    ``(I + A) X = diag(β) [V | K]``, for ``A`` the strictly lower part of ``diag(β) K Kᵀ`` of
+    random, nearly collinear and rank-deficient keys, in float64: within
+    ``4 u C |T| |I + A| |X|`` elementwise (the forward error of a triangular solve; the inverse
+    followed by a product meets it here)."""
     from scipy.linalg import solve_triangular
 
-    from attnreg.sequence.chunked import _unit_lower_solve, lower_inverse
+    from attnreg.sequence.chunked import lower_inverse
 
-    c, h = 64, 32
     _, k, v = draw(kind, 31, t=c, d=D)
     beta = np.random.default_rng(31).uniform(0.0, 1.5, c)
     lower = np.tril(beta[:, None] * (k[0, 0] @ k[0, 0].T), -1)
-    rhs = np.hstack([beta[:, None] * v[0, 0], beta[:, None] * k[0, 0]])
     unit = np.eye(c) + lower
-    halves = torch.from_numpy(np.stack([unit[:h, :h], unit[h:, h:]]))
-    inverses = lower_inverse(halves).reshape(c, h)
-    got = _unit_lower_solve(torch.from_numpy(lower), torch.from_numpy(rhs), inverses).numpy()
+    inverse = lower_inverse(torch.from_numpy(unit)).numpy()
+    got = (inverse * beta) @ np.hstack([v[0, 0], k[0, 0]])
+    rhs = beta[:, None] * np.hstack([v[0, 0], k[0, 0]])
     want = solve_triangular(unit, rhs, lower=True, unit_diagonal=True)
     t_abs = np.abs(solve_triangular(unit, np.eye(c), lower=True, unit_diagonal=True))
     assert np.all(np.abs(got - want) <= 4 * ref.U64 * c * (t_abs @ np.abs(unit) @ np.abs(want)))

@@ -20,9 +20,11 @@ only the ``d_k × d_v`` state is carried from block to block and from segment to
   Transformers with the Delta Rule over Sequence Length"): the pseudo-values
   ``u_t = β_t (v_t − α_t S_{t−1}ᵀ k_t)`` solve the unit lower-triangular system
   ``(I + A) U = diag(β) V − diag(β e^G) K S_0``, ``A_{ti} = β_t L_{ti} k_tᵀ k_i`` (``i < t``),
-  so ``U = Ũ − W S_0`` with ``Ũ = (I + A)⁻¹ diag(β) V`` and ``W = (I + A)⁻¹ diag(β e^G) K``: block
-  forward substitution on the two halves of each block, with the inverses of the diagonal
-  half-blocks from :func:`lower_inverse` (batched products, all blocks at once).
+  so ``U = Ũ − W S_0`` with ``Ũ = T diag(β) V`` and ``W = T diag(β e^G) K``, ``T = (I + A)⁻¹``
+  from :func:`lower_inverse` (batched products, all blocks at once). Blocks of
+  ``DELTA_CHUNK = 32`` tokens: the intra-block products grow with ``C`` (``4 C d`` multiply-adds
+  per token beside the ``3 d²`` of the recurrence), and the loop over blocks, with twice as
+  many steps as at 64, still costs less than they save (``benchmarks/README.md``).
 * **Longhorn's diagonal approximation**: linear attention with one decay per key coordinate,
   ``a_t = 1 − ε_t k_t ⊙ k_t``; the intra-block scores carry ``e^{G_{tj} − G_{ij}}`` per coordinate.
 
@@ -36,7 +38,10 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.nn.functional import pad
 
+from attnreg.core.validation import check_positive_int
+
 CHUNK = 64
+DELTA_CHUNK = 32  # the delta rule's blocks (module docstring)
 SEGMENT = 512
 BASE = 8  # lower_inverse solves triangular systems at this size
 
@@ -206,16 +211,17 @@ def delta_chunked(
     v: torch.Tensor,
     beta: torch.Tensor,
     log_decay: torch.Tensor | None,
-    chunk: int = CHUNK,
+    chunk: int = DELTA_CHUNK,
     segment: int = SEGMENT,
 ) -> torch.Tensor:
     """The (gated) delta rule ``S_t = α_t S_{t−1} + k_t (β_t (v_t − α_t S_{t−1}ᵀ k_t))ᵀ``,
-    ``o_t = S_tᵀ q_t``, by the WY / UT transform in blocks of ``chunk`` tokens (even). ``A``, the
-    part of ``diag(β) K Kᵀ ⊙ L`` strictly below the diagonal, and the inverses of the two
-    diagonal half-blocks of ``I + A`` (:func:`lower_inverse`) are formed for all blocks at once;
-    the rest ``segment`` tokens at a time (:func:`_delta_segment`)."""
-    if chunk < 2 or chunk % 2:
-        raise ValueError(f"chunk: must be even, got {chunk}")
+    ``o_t = S_tᵀ q_t``, by the WY / UT transform in blocks of ``chunk`` tokens. With ``G`` the
+    cumulative log-decays of each block and ``L_{ti} = e^{G_t − G_i}`` (all 1 without decay),
+    ``T = (I + A)⁻¹`` for ``A`` the part of ``diag(β) K Kᵀ ⊙ L`` strictly below the diagonal is
+    formed for all blocks at once (:func:`lower_inverse`: one batched call, whose small
+    products would cost more split by segment); the rest ``segment`` tokens at a time
+    (:func:`_delta_segment`)."""
+    check_positive_int("chunk", chunk)
     kb = _blockwise(k, chunk).contiguous()  # (N, B·H, C, d_k), once for all segments
     bb = _blockwise(beta, chunk).unsqueeze(-1).contiguous()
     lower = bb * (kb @ kb.mT)
@@ -224,13 +230,10 @@ def delta_chunked(
         g = _blockwise(log_decay, chunk).cumsum(-1)
         decay = _decay_matrix(g)
         lower = lower * decay
-    lower = lower.tril_(-1)
-    half = chunk // 2
-    eye = torch.eye(half, dtype=lower.dtype, device=lower.device)
-    halves = torch.stack([lower[..., :half, :half] + eye, lower[..., half:, half:] + eye], -3)
-    inverses = lower_inverse(halves).flatten(-3, -2)  # (N, B·H, C, C/2): T₁ on T₂
+    eye = torch.eye(chunk, dtype=lower.dtype, device=lower.device)
+    inverse = lower_inverse(lower.tril_(-1) + eye)
     state = q.new_zeros(q.shape[0] * q.shape[1], q.shape[-1], v.shape[-1])
-    parts = [_blockwise(q, chunk), kb, _blockwise(v, chunk), bb, g, lower, inverses, decay]
+    parts = [_blockwise(q, chunk), kb, _blockwise(v, chunk), bb, g, inverse, decay]
     return _by_segments(_delta_segment, parts, state, q, segment)
 
 
@@ -240,33 +243,31 @@ def _delta_segment(
     v: torch.Tensor,
     bc: torch.Tensor,
     g: torch.Tensor | None,
-    lower: torch.Tensor,
-    inverses: torch.Tensor,
+    inverse: torch.Tensor,
     decay: torch.Tensor | None,
     state: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One segment from the entering state ``(B·H, d_k, d_v)``; returns its outputs and the
     state leaving it. Block-major ``(n, B·H, C, ·)`` parts: ``bc`` is ``β`` (``(…, C, 1)``),
     ``g`` the cumulative log-decays ``G`` and ``decay`` the matrices ``L`` (both ``None``
-    without decay), ``lower`` is ``A``, ``inverses`` the inverses of the half-blocks of
-    ``I + A`` (``(n, B·H, C, C/2)``). ``[Ũ | W] = (I + A)⁻¹ [diag(β) V | diag(β e^G) K]`` and the
+    without decay), ``inverse`` is ``T``. ``W = T diag(β e^G) K``, ``Ũ = T diag(β) V`` and the
     intra-block scores are formed for all blocks of the segment at once; the loop over blocks
-    carries the state only (two products per block, ``u = Ũ − W S`` and ``S ← a S + K̃ᵀ u``
-    with ``K̃ = diag(e^{G_C − G}) K``); the outputs are two batched products after it,
+    carries the state only (two products per block, ``u = Ũ − W S`` and ``S ← a S + K̃ᵀ u`` with
+    ``K̃ = diag(e^{G_C − G}) K``); the outputs are two batched products after it,
     ``o = diag(e^G) Q S + (Q Kᵀ ⊙ L) u``."""
-    d_v = v.shape[-1]
     scores = q @ k.mT
+    t_beta = inverse * bc.mT  # T diag(β)
     if g is None or decay is None:
-        scores, keys_in, q_read, k_write, block_decay = scores.tril_(), k, q, k, None
+        scores, t_keys, q_read, k_write, block_decay = scores.tril_(), t_beta, q, k, None
     else:
         scores = scores * decay
-        growth = g.exp().unsqueeze(-1)
-        keys_in, q_read = growth * k, q * growth
+        growth = g.exp()
+        t_keys = t_beta * growth.unsqueeze(-2)
+        q_read = q * growth.unsqueeze(-1)
         last = g[..., -1:]
         k_write = k * (last - g).exp().unsqueeze(-1)
         block_decay = last.exp().unsqueeze(-1)  # (n, B·H, 1, 1)
-    solved = _unit_lower_solve(lower, torch.cat([v, keys_in], dim=-1) * bc, inverses)
-    u_local, w = solved[..., :d_v], solved[..., d_v:]
+    w, u_local = t_keys @ k, t_beta @ v
     k_t = k_write.mT
     entering, pseudo = [], []
     for j in range(q.shape[0]):
@@ -278,23 +279,6 @@ def _delta_segment(
     inter = q_read @ torch.stack(entering)
     out = torch.baddbmm(_batched(inter), _batched(scores), _batched(torch.stack(pseudo)))
     return out.view_as(inter), state
-
-
-def _unit_lower_solve(
-    lower: torch.Tensor, rhs: torch.Tensor, inverses: torch.Tensor
-) -> torch.Tensor:
-    """``(I + A)⁻¹ R`` for strictly lower triangular ``A`` (``lower``, ``(…, C, C)``, ``C`` even)
-    and ``R`` (``(…, C, r)``) by block forward substitution on the two halves,
-    ``X₁ = T₁ R₁``, ``X₂ = T₂ (R₂ − A₂₁ X₁)``, given the inverses ``T_i`` of the diagonal
-    half-blocks of ``I + A`` (``inverses``, ``(…, C, C/2)``: ``T₁`` stacked on ``T₂``)."""
-    *batch, c, _ = lower.shape
-    h = c // 2
-    a = lower.reshape(-1, c, c)
-    r = rhs.reshape(-1, c, rhs.shape[-1])
-    inv = inverses.reshape(-1, 2, h, h)
-    x1 = inv[:, 0] @ r[:, :h]
-    x2 = inv[:, 1] @ torch.baddbmm(r[:, h:], a[:, h:, :h], x1, alpha=-1)
-    return torch.cat([x1, x2], dim=-2).view(*batch, c, -1)
 
 
 def lower_inverse(low: torch.Tensor) -> torch.Tensor:
