@@ -295,6 +295,8 @@ def lower_inverse(low: torch.Tensor) -> torch.Tensor:
         first, second = lower_inverse(low[..., :half, :half]), lower_inverse(low[..., half:, half:])
     else:
         first, second = lower_inverse(torch.stack([low[..., :half, :half], low[..., half:, half:]]))
-    corner = -(second @ (low[..., half:, :half] @ first))
-    top = torch.cat([first, first.new_zeros(*first.shape[:-1], size - half)], dim=-1)
-    return torch.cat([top, torch.cat([corner, second], dim=-1)], dim=-2)
+    out = low.new_zeros(low.shape)
+    out[..., :half, :half] = first
+    out[..., half:, half:] = second
+    out[..., half:, :half] = -(second @ (low[..., half:, :half] @ first))
+    return out
