@@ -61,6 +61,8 @@ ALLOWED: dict[str, str] = {
     "against",
     "bench/p7_kernel_smoother.py": "benchmark: the SDPA timing reference and a float64 softmax "
     "over all keys for the agreement check",
+    "bench/p8_floor.py": "benchmark: the chunked delta rule's matrix products alone (K Kᵀ, "
+    "Q Kᵀ, …), timed as the floor of the form beside attnreg.sequence's implementation",
     "studies/verify/cases.py": "designs built from SVD factors (data generation)",
     "studies/verify/checks.py": "the preconditioned-GD row's d × d preconditioner G Gᵀ/d + I",
     "studies/verify/references.py": "the numpy references the sequence layers are certified "
