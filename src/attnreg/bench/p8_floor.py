@@ -22,25 +22,11 @@ from collections.abc import Callable
 
 import torch
 
-from attnreg.sequence.chunked import lower_inverse
+from attnreg.sequence.chunked import block_major, ut_inverse
 from attnreg.sequence.workload import Inputs
 
 FLOOR_CHUNKS = (32, 64)
 SEGMENT = 512
-
-
-def _block_major(x: torch.Tensor, chunk: int) -> torch.Tensor:
-    """``(B, H, T, d) -> (N, B·H, C, d)``, contiguous (``T`` a multiple of ``chunk``)."""
-    b, h, t_len, d = x.shape
-    return x.reshape(b * h, t_len // chunk, chunk, d).transpose(0, 1).contiguous()
-
-
-def _t_beta(k: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
-    """``Tβ = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)`` per block (block-major ``k``, ``beta``
-    ``(N, B·H, C, 1)``)."""
-    chunk = k.shape[-2]
-    unit = (beta * (k @ k.mT)).tril_(-1) + torch.eye(chunk, dtype=k.dtype)
-    return lower_inverse(unit) * beta.mT
 
 
 def wy_products(x: Inputs, chunk: int, segment: int = SEGMENT) -> Callable[[], torch.Tensor]:
@@ -51,8 +37,9 @@ def wy_products(x: Inputs, chunk: int, segment: int = SEGMENT) -> Callable[[], t
     q, k, v = x["q"] * x["q"].shape[-1] ** -0.5, x["k"], x["v"]
     if q.shape[2] % chunk:
         raise ValueError(f"chunk: the length {q.shape[2]} is not a multiple of {chunk}")
-    qb, kb, vb = (_block_major(t, chunk) for t in (q, k, v))
-    tb = _t_beta(kb, _block_major(x["beta"].unsqueeze(-1), chunk))
+    qb, kb, vb = (block_major(t, chunk).contiguous() for t in (q, k, v))
+    beta = block_major(x["beta"], chunk).unsqueeze(-1)
+    tb = ut_inverse(kb, beta, None) * beta.mT  # Tβ = T diag(β)
     n_blocks, heads, _, d_k = kb.shape
     d_v = vb.shape[-1]
     per = max(1, segment // chunk)

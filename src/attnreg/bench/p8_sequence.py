@@ -207,9 +207,9 @@ def _floor_rows(
     """Per chunk size, the WY floor's median seconds, its fraction of the matmul rate on
     DeltaNet's useful flops and its speed-up over fla's recurrence (``None`` without fla)."""
     rows: dict[str, dict[str, float | None]] = {}
+    fla = seconds.get("fla_recurrent")
     for name in names:
         sec = seconds[name]
-        fla = seconds.get("fla_recurrent")
         rows[name.removeprefix("wy_floor_c")] = {
             "seconds": sec,
             "fraction_of_matmul_rate": flops / sec / rate,

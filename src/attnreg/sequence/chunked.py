@@ -22,7 +22,7 @@ only the ``d_k × d_v`` state is carried from block to block and from segment to
   ``(I + A) U = diag(β) V − diag(β e^G) K S_0``, ``A_{ti} = β_t L_{ti} k_tᵀ k_i`` (``i < t``),
   so ``U = Ũ − W S_0`` with ``Ũ = T diag(β) V`` and ``W = T diag(β e^G) K``, ``T = (I + A)⁻¹``
   from :func:`lower_inverse` (batched products, all blocks at once). Blocks of
-  ``DELTA_CHUNK = 32`` tokens: the intra-block products grow with ``C`` (``4 C d`` multiply-adds
+  ``DELTA_CHUNK = 32`` tokens: the intra-block products grow with ``C`` (``5 C d`` multiply-adds
   per token beside the ``3 d²`` of the recurrence), and the loop over blocks, with twice as
   many steps as at 64, still costs less than they save (``benchmarks/README.md``).
 * **Longhorn's diagonal approximation**: linear attention with one decay per key coordinate,
@@ -68,7 +68,7 @@ def _decay_matrix(g: torch.Tensor) -> torch.Tensor:
     return (g[..., :, None] - g[..., None, :]).masked_fill_(~causal, -torch.inf).exp()
 
 
-def _blockwise(x: torch.Tensor, chunk: int) -> torch.Tensor:
+def block_major(x: torch.Tensor, chunk: int) -> torch.Tensor:
     """``(B, H, T, …) -> (N, B·H, C, …)`` (zero-padded blocks, block axis first): a view of a
     contiguous ``x``, whose slices along the block axis :func:`_by_segments` copies to
     contiguous parts."""
@@ -120,7 +120,7 @@ def linear_chunked(
     """``S_t = α_t S_{t−1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t`` (``log_decay = log α``, ``(B, H, T)``
     or ``None``) in blocks of ``chunk`` tokens, ``segment`` tokens at a time."""
     state = q.new_zeros(q.shape[0] * q.shape[1], q.shape[-1], v.shape[-1])
-    parts = [None if x is None else _blockwise(x, chunk) for x in (q, k, v, log_decay)]
+    parts = [None if x is None else block_major(x, chunk) for x in (q, k, v, log_decay)]
     return _by_segments(_linear_segment, parts, state, q, segment)
 
 
@@ -181,7 +181,7 @@ def diagonal_chunked(
     e^{G_{tj} − G_{ij}}) v_i`` with ``G = cumsum log a`` per coordinate: the scores are a
     ``C × C × d_k`` product per block (every exponent ≤ 0)."""
     state = q.new_zeros(q.shape[0] * q.shape[1], q.shape[-1], v.shape[-1])
-    parts = [_blockwise(x, chunk) for x in (q, k, v, eps)]
+    parts = [block_major(x, chunk) for x in (q, k, v, eps)]
     return _by_segments(_diagonal_segment, parts, state, q, segment)
 
 
@@ -222,19 +222,27 @@ def delta_chunked(
     products would cost more split by segment); the rest ``segment`` tokens at a time
     (:func:`_delta_segment`)."""
     check_positive_int("chunk", chunk)
-    kb = _blockwise(k, chunk).contiguous()  # (N, B·H, C, d_k), once for all segments
-    bb = _blockwise(beta, chunk).unsqueeze(-1).contiguous()
-    lower = bb * (kb @ kb.mT)
+    kb = block_major(k, chunk).contiguous()  # (N, B·H, C, d_k), once for all segments
+    bb = block_major(beta, chunk).unsqueeze(-1).contiguous()
     g = decay = None
     if log_decay is not None:
-        g = _blockwise(log_decay, chunk).cumsum(-1)
+        g = block_major(log_decay, chunk).cumsum(-1)
         decay = _decay_matrix(g)
-        lower = lower * decay
-    eye = torch.eye(chunk, dtype=lower.dtype, device=lower.device)
-    inverse = lower_inverse(lower.tril_(-1) + eye)
+    inverse = ut_inverse(kb, bb, decay)
     state = q.new_zeros(q.shape[0] * q.shape[1], q.shape[-1], v.shape[-1])
-    parts = [_blockwise(q, chunk), kb, _blockwise(v, chunk), bb, g, inverse, decay]
+    parts = [block_major(q, chunk), kb, block_major(v, chunk), bb, g, inverse, decay]
     return _by_segments(_delta_segment, parts, state, q, segment)
+
+
+def ut_inverse(k: torch.Tensor, beta: torch.Tensor, decay: torch.Tensor | None) -> torch.Tensor:
+    """``T = (I + A)⁻¹`` per block, ``A`` the part of ``diag(β) K Kᵀ ⊙ L`` strictly below the
+    diagonal (the UT transform of the delta rule), for keys ``k (…, C, d_k)``, ``beta (…, C, 1)``
+    and decay matrices ``decay (…, C, C)`` (``None``: all 1), by :func:`lower_inverse`."""
+    lower = beta * (k @ k.mT)
+    if decay is not None:
+        lower = lower * decay
+    eye = torch.eye(k.shape[-2], dtype=lower.dtype, device=lower.device)
+    return lower_inverse(lower.tril_(-1) + eye)
 
 
 def _delta_segment(
