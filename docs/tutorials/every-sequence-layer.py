@@ -78,11 +78,12 @@ U64, U32 = np.finfo(np.float64).eps / 2, np.finfo(np.float32).eps / 2
 # ## One sequence, every identity
 #
 # One head, `T = 80` tokens (more than one block — 64 tokens for linear attention and Mesa, 32 for
-# the delta rules — so the chunked forms carry their state from block to block), `d_k = 6`, `d_v = 2`, in float64. Keys are L2-normalised (as DeltaNet,
-# Gated DeltaNet and MesaNet do), so the delta rule with `β_t ∈ (0, 1)` is stable
-# (`I − β_t k_t k_tᵀ` is no expansion). Each reference below is written from the regression's
-# definition, not from the layer's recurrence; each comparison prints the largest error beside
-# its rounding-error bound `u · m_t` (`u = 2⁻⁵³`, the bound stated in each cell).
+# the delta rules — so the chunked forms carry their state from block to block), `d_k = 6`,
+# `d_v = 2`, in float64. Keys are L2-normalised (as DeltaNet, Gated DeltaNet and MesaNet do), so
+# the delta rule with `β_t ∈ (0, 1)` is stable (`I − β_t k_t k_tᵀ` is no expansion). Each
+# reference below is written from the regression's definition, not from the layer's recurrence;
+# each comparison prints the largest error beside its rounding-error bound `u · m_t`
+# (`u = 2⁻⁵³`, the bound stated in each cell).
 
 # %%
 rng = np.random.default_rng(0)
@@ -286,8 +287,8 @@ report("local linear attention", got, want, bound)
 # %% [markdown]
 # The two forms of each recurrent layer agree too: `mode="recurrent"` steps through the tokens
 # one by one, `mode="chunk"` (the default) works in blocks (of 32 tokens for the delta rules, 64
-# for the others). Both are within the bound of
-# the exact value, so they are within twice the bound of each other.
+# for the others). Both are within the bound of the exact value, so they are within twice the
+# bound of each other.
 
 # %%
 forms = {
@@ -405,8 +406,7 @@ for layer, row in fla_rows.items():
 # ## Speed: chunked, recurrent, and fla's references
 #
 # The chunked form replaces `T` Python steps by a few matrix products per block of 32 or 64
-# tokens.
-# Below, the time of one forward pass (float32, one sequence, 4 heads, `d_k = d_v = 64`, best
+# tokens. Below, the time of one forward pass (float32, one sequence, 4 heads, `d_k = d_v = 64`, best
 # of up to three) for the decayed linear attention (GLA's gate) and the gated delta rule, as `T`
 # grows: attnreg's chunked and recurrent forms and fla's naive recurrent and chunked references.
 # (`attnreg bench` times the same workload at `T = 8192`.)
