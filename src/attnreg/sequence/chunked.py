@@ -85,7 +85,7 @@ def _by_segments(
     """Run ``step(*slices, state) -> (out, state)`` over the blocks, ``segment // C`` blocks at
     a time, and return the outputs as ``(B, H, T, d_v)`` (``B, H, T`` those of ``like``).
 
-    ``parts`` are block-major ``(N, B·H, C, …)`` (:func:`_blockwise`) or ``None`` (passed
+    ``parts`` are block-major ``(N, B·H, C, …)`` (:func:`block_major`) or ``None`` (passed
     through). Each slice is made contiguous (a copy of a view, nothing for a tensor already
     block-major), so that block ``j`` of all heads, ``slice[j]``, is one operand of a batched
     product; ``out`` is ``(n, B·H, C, d_v)``."""
