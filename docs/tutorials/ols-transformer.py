@@ -63,7 +63,7 @@ from attnreg.studies.verify.run import run as run_verify
 verified = run_verify(VerifyConfig())
 for record in verified.figures:
     record.close()
-display(HTML(admonition([c for c in verified.claims if "Tan" in c.source], "Tan & Zhao, measured")))
+display(HTML(admonition([c for c in verified.claims if "Tan" in c.source.short()], "Tan & Zhao, measured")))
 
 # %% [markdown]
 # ## The constructed layer on the diabetes data

@@ -311,12 +311,10 @@ ledger_cfg = DepthConfig(
 ledger_rows = [{"kind": "slope", **s} for s in fit_slopes(atlas)] + rows + curve + mixed
 claims = depth_claims(ledger_rows, ledger_cfg)
 display(HTML(admonition(claims, "Depth, trained layers and noise: the sources, measured")))
-newton_claim = next(c for c in claims if c.words.startswith("Newton–Schulz"))
-fu_claim = next(c for c in claims if c.words.startswith("each trained layer computes"))
-vlad_claim = next(c for c in claims if c.source.startswith("Vladymyrov"))
-assert newton_claim.verdict() == "holds"  # the slope asserts of section 1
-assert fu_claim.verdict() == "does not hold"  # no layer is one Newton iterate (section 2)
-assert vlad_claim.values[""] == ratio  # the mixed-noise ratio printed above
+vlad_claim = next(c for c in claims if c.source.short().startswith("Vladymyrov"))
+assert vlad_claim.values[""] == ratio  # the ledger reads the mixed-noise ratio printed above
+for claim in claims:
+    print(f"{claim.source.short()}: {claim.verdict_text()}")
 
 # %% [markdown]
 # ## What this shows

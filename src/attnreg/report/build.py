@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from attnreg.core.validation import check_seed
-from attnreg.report.page import render, section
+from attnreg.report.page import render, section, write_ledger
 from attnreg.runs.cells import CellSpec, make_cell
 from attnreg.runs.executors import check_workers, run_cells
 from attnreg.runs.paths import folder_problem
@@ -111,6 +111,7 @@ def build_report(
             sections.append(section(cell, command, table=spec.report_table))
         store.export(out)
         html = render(sections, store_file.name, store.count())
+        write_ledger(sections, out / "ledger.json")
     page = out / "index.html"
     page.write_text(html, encoding="utf-8")
     return page

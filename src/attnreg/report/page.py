@@ -11,6 +11,7 @@ import math
 import platform
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -18,7 +19,14 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from attnreg import __version__
 from attnreg.runs.record import CellResult
 from attnreg.studies.common import cell_text, format_against, is_table
-from attnreg.studies.ledger import LEDGER_KEY
+from attnreg.studies.ledger import (
+    ICONS,
+    LEDGER_KEY,
+    VERDICT_CSS,
+    totals,
+    totals_text,
+    verdict_class,
+)
 from attnreg.studies.registry import STUDIES
 
 MAX_TABLE_ROWS = 200
@@ -102,6 +110,22 @@ def section(cell: CellResult, command: str, table: bool) -> StudySection:
     )
 
 
+def ledger_rows(sections: list[StudySection]) -> list[dict[str, Any]]:
+    """Every study's ledger rows, each tagged with its study."""
+    return [{"study": s.name} | c for s in sections for c in s.claims]
+
+
+def write_ledger(sections: list[StudySection], path: Path) -> Path:
+    """``ledger.json``: one object per claim (source, quote, where, kind, paper_regime,
+    run_regime, measurement, values, threshold, threshold_origin, verdict, …) with the totals."""
+    rows = ledger_rows(sections)
+    path.write_text(
+        json.dumps({"totals": totals(rows), "claims": rows}, indent=2, ensure_ascii=False),
+        encoding="utf-8",
+    )
+    return path
+
+
 def render(sections: list[StudySection], store_name: str, n_cells: int) -> str:
     """The whole page as a string."""
     env = Environment(
@@ -112,9 +136,13 @@ def render(sections: list[StudySection], store_name: str, n_cells: int) -> str:
     )
     env.filters["fmtnum"] = format_against
     template = env.get_template("index.html.j2")
-    ledger = [{"study": s.name} | c for s in sections for c in s.claims]
+    ledger = ledger_rows(sections)
+    env.filters["verdict_class"] = verdict_class
     return template.render(
         ledger=ledger,
+        ledger_totals=totals_text(ledger),
+        verdict_counts=[(v, n, ICONS[v], VERDICT_CSS[v]) for v, n in totals(ledger).items() if n],
+        verdict_css=VERDICT_CSS,
         version=__version__,
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         machine=f"{platform.machine()} · Python {platform.python_version()}",

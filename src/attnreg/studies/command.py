@@ -148,7 +148,8 @@ def _report(spec: StudySpec, result: StudyResult, out: Path, as_json: bool) -> N
             console.print(escape(answer["note"]))
     for claim in result.claims:
         console.print(
-            f"[bold]claim[/bold] ({escape(claim.source)}): {escape(claim.verdict_text())}"
+            f"[bold]claim[/bold] ({escape(claim.source.short())}): "
+            f"{escape(claim.verdict_text())}. {escape(claim.why())}"
         )
     for check in result.checks:
         mark = "[green]pass[/green]" if check["passed"] else "[red]FAIL[/red]"

@@ -1,171 +1,321 @@
-"""The claims ledger: each claim of a source that a study tests, its measured number and a
-verdict computed from that number against a stated threshold.
+"""The claims ledger: each claim of a source that a study tests, in the source's words, the
+number measured, and a verdict computed from that number.
 
 A study (or one of its sections) returns :class:`Claim` objects in
-:attr:`~attnreg.studies.common.StudyResult.claims`; nothing here is written by hand but the
-source's words, the measurement's name and the threshold. The verdict is
+:attr:`~attnreg.studies.common.StudyResult.claims`. A claim carries
 
-* *holds* — every measured case satisfies ``value op threshold``;
-* *holds with a condition* — every case does and the claim carries a ``condition`` (e.g.
-  "within its condition-scaled tolerance"), or only some cases do (the condition is then
-  "only on" those cases, computed);
-* *does not hold* — no case does;
-* *not testable, because …* — the claim names its reason, or no case was measured.
+* its :class:`Quote` — the source (:mod:`~attnreg.studies.sources`), the words **verbatim**
+  with where they stand (section, theorem, figure, paragraph), or a paraphrase marked as one
+  (shown without quotation marks);
+* its **kind**: :data:`IDENTITY` (a proved equality), :data:`EMPIRICAL` (a result the source
+  measured, in its setup), :data:`REMARK` (a hedged or qualitative aside) or :data:`OPEN` (a
+  question the source asks);
+* the measurement and its values per case, with standard errors where there are seeds;
+* a :class:`Threshold` that says where it comes from (the paper's own number, a null
+  distribution measured in the same run, paired standard errors over seeds, an error bound);
+* for a claim about trained models, a :class:`Regime`: the paper's setup and the run's, and
+  whether the run met it.
 
-Its :meth:`Claim.finding` sentence states the verdict first, a contradiction in so many words.
-The sources: Tan & Zhao 2026 (arXiv 2604.13656, OLS as a one-layer transformer); Goulet
-Coulombe 2025 (arXiv 2504.09663 and the "Everything is matter" blog, OLS as attention);
-von Oswald et al. 2023 (arXiv 2212.07677, and "Uncovering mesa-optimization algorithms in
-transformers", arXiv 2309.05858); Tang (regression as memory, correlation and ``√d_k``);
-Ramsauer et al. 2021 and Krotov & Hopfield 2016 for capacity.
+The verdict is computed, never written:
+
+* *open question* — the kind is :data:`OPEN`: the measurement and its answer, no verdict;
+* *no verdict: reduced scale* — the claim has a regime that the run did not meet;
+* *not testable* — the claim names its reason, nothing was measured, or a remark has no
+  reading as a number;
+* *holds* — every case satisfies ``value op threshold``; *conditional* — every case does, under
+  the claim's stated condition; *partial n of m* — some cases do; *does not hold* — none does.
+
+:meth:`Claim.why` is the verdict's one-line reason (a contradiction said first), and
+:meth:`Claim.row` the machine-readable row the report writes to ``ledger.json``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from html import escape
 from typing import Any
 
 from attnreg.studies.common import format_against, summary_table
+from attnreg.studies.sources import Source
+
+IDENTITY = "identity"
+EMPIRICAL = "empirical"
+REMARK = "remark"
+OPEN = "open question"
+KINDS = (IDENTITY, EMPIRICAL, REMARK, OPEN)
 
 HOLDS = "holds"
-CONDITIONAL = "holds with a condition"
+CONDITIONAL = "conditional"
+PARTIAL = "partial"
 FAILS = "does not hold"
+REDUCED = "no verdict: reduced scale"
+OPEN_QUESTION = "open question"
 UNTESTABLE = "not testable"
-VERDICTS = (HOLDS, CONDITIONAL, FAILS, UNTESTABLE)
+VERDICTS = (HOLDS, CONDITIONAL, PARTIAL, FAILS, REDUCED, OPEN_QUESTION, UNTESTABLE)
+ICONS = {
+    HOLDS: "✔",
+    CONDITIONAL: "◐",
+    PARTIAL: "◑",
+    FAILS: "✘",
+    REDUCED: "⧗",
+    OPEN_QUESTION: "?",
+    UNTESTABLE: "–",
+}
+"""The icon shown beside each verdict (with its colour, on the report and the docs)."""
+
 LEDGER_KEY = "claims of the sources"
-COLUMNS = ["source", "the source's words", "measurement", "number", "threshold", "verdict"]
+OPS = ("<=", ">=")
 
 
-def _passes(value: float, op: str, threshold: float) -> bool:
-    return value <= threshold if op == "<=" else value >= threshold
+@dataclass(frozen=True)
+class Quote:
+    """A source's words: ``text`` verbatim (``verbatim=True``, shown in quotation marks) or a
+    paraphrase (``verbatim=False``, shown as one); ``where`` they stand in the source."""
+
+    source: Source
+    text: str
+    where: str
+    verbatim: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.text.strip() or not self.where.strip():
+            raise ValueError("quote: text and where must be non-empty")
+
+    def shown(self) -> str:
+        """The words as the ledger shows them: “…” when verbatim, else marked a paraphrase."""
+        return f"“{self.text}”" if self.verbatim else f"(paraphrase) {self.text}"
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """``value op limit`` passes (``op`` ``"<="`` or ``">="``); ``origin`` says where ``limit``
+    comes from."""
+
+    op: str
+    limit: float
+    origin: str
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise ValueError(f"op: unknown value {self.op!r}; valid values are '<=', '>='")
+        if not self.origin.strip():
+            raise ValueError("threshold: origin must say where the limit comes from")
+
+    def passes(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return False
+        return value <= self.limit if self.op == "<=" else value >= self.limit
+
+    def text(self) -> str:
+        return f"{'≤' if self.op == '<=' else '≥'} {self.limit:g}"
+
+
+@dataclass(frozen=True)
+class Regime:
+    """The setup a trained-model claim is about (``paper``: model, depth, width, steps, data,
+    metric) and the one the run met (``run``); ``met`` whether the run reaches the paper's
+    (converged, at its depth, beating its weakest baseline), ``needed`` what scale would."""
+
+    paper: str
+    run: str
+    met: bool
+    needed: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.met and not self.needed.strip():
+            raise ValueError("regime: a run below the paper's regime must say what is needed")
 
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim of a source, tested by a measured number per case.
+    """One claim of a source, its measured values per case and the computed verdict.
 
-    ``values`` maps a case (a data mode, a dtype; ``""`` for a single number) to the measured
-    number; the claim holds in a case when ``value op threshold`` (``op`` ``"<="`` or ``">="``).
-    ``condition``: the condition under which a passing claim holds (empty: none).
-    ``untestable``: why it cannot be tested (the verdict is then *not testable*).
+    ``values`` maps a case (a data mode, a depth; ``""`` for a single number) to the measured
+    number, ``errors`` the same cases to a standard error (shown as ±). ``answer``: an open
+    question's measured answer (a sentence computed from the numbers). ``reading``: how a
+    remark is read as the number (a remark without one gets no verdict). ``condition``: the
+    condition under which a passing claim holds. ``untestable``: why it cannot be tested here.
     """
 
-    source: str
-    words: str
+    quote: Quote
+    kind: str
     measurement: str
-    op: str
-    threshold: float
     values: dict[str, float] = field(default_factory=dict)
+    threshold: Threshold | None = None
+    errors: dict[str, float] = field(default_factory=dict)
+    regime: Regime | None = None
+    answer: str = ""
+    reading: str = ""
     condition: str = ""
     untestable: str = ""
 
     def __post_init__(self) -> None:
-        if self.op not in ("<=", ">="):
-            raise ValueError(f"op: unknown value {self.op!r}; valid values are '<=', '>='")
+        if self.kind not in KINDS:
+            raise ValueError(f"kind: unknown value {self.kind!r}; valid values are {KINDS}")
+        if self.kind == OPEN:
+            if self.threshold is not None:
+                raise ValueError("an open question gets an answer, not a threshold")
+            if not (self.answer or self.untestable):
+                raise ValueError("an open question needs its measured answer")
+        if self.kind == REMARK and self.threshold is not None and not self.reading:
+            raise ValueError("a remark judged by a threshold must say how it reads as a number")
+        if self.kind in (IDENTITY, EMPIRICAL) and self.threshold is None and not self.untestable:
+            raise ValueError(f"a claim of kind {self.kind!r} needs a threshold")
 
-    def passing(self) -> list[str]:
-        """The cases whose number satisfies the threshold."""
-        return [
-            case
-            for case, v in self.values.items()
-            if math.isfinite(v) and _passes(v, self.op, self.threshold)
-        ]
+    @property
+    def source(self) -> Source:
+        return self.quote.source
 
     def measured(self) -> dict[str, float]:
         return {c: v for c, v in self.values.items() if math.isfinite(v)}
 
+    def passing(self) -> list[str]:
+        """The cases whose number satisfies the threshold."""
+        if self.threshold is None:
+            return []
+        return [c for c, v in self.values.items() if self.threshold.passes(v)]
+
     def verdict(self) -> str:
         """One of :data:`VERDICTS`, computed from the numbers."""
-        if self.untestable or not self.measured():
+        if self.kind == OPEN:
+            return UNTESTABLE if self.untestable else OPEN_QUESTION
+        if self.untestable or not self.measured() or self.threshold is None:
             return UNTESTABLE
-        good = self.passing()
-        if len(good) == len(self.values):
+        if self.regime is not None and not self.regime.met:
+            return REDUCED
+        good = len(self.passing())
+        if good == len(self.values):
             return CONDITIONAL if self.condition else HOLDS
-        return CONDITIONAL if good else FAILS
+        return PARTIAL if good else FAILS
 
     def contradicted(self) -> bool:
-        """Whether a measured case fails its threshold: the verdict is *does not hold*, or
-        *holds with a condition* on only some cases (the finding then opens with "The
-        measurement contradicts the source")."""
-        return self.verdict() in (FAILS, CONDITIONAL) and len(self.passing()) < len(self.values)
+        """Whether a fair measurement contradicts the claim in full or in part (*does not hold*
+        or *partial*)."""
+        return self.verdict() in (FAILS, PARTIAL)
 
     def verdict_text(self) -> str:
-        """The verdict with its condition or reason."""
+        """The verdict as shown: *partial* with its count ("partial 2 of 3")."""
         verdict = self.verdict()
-        if verdict == UNTESTABLE:
-            return f"{UNTESTABLE}, because {self.untestable or 'nothing was measured'}"
-        if verdict == CONDITIONAL:
-            good = self.passing()
-            if len(good) < len(self.values):
-                return f"{CONDITIONAL}: only on {', '.join(good)}"
-            return f"{CONDITIONAL}: {self.condition}"
+        if verdict == PARTIAL:
+            return f"{PARTIAL} {len(self.passing())} of {len(self.values)}"
         return verdict
 
+    def why(self) -> str:
+        """The verdict's one-line reason; a contradiction is said first. It names cases and the
+        threshold's origin, not the numbers (they have their own column)."""
+        verdict = self.verdict()
+        if verdict == OPEN_QUESTION:
+            return self.answer
+        if verdict == UNTESTABLE:
+            if self.untestable:
+                return f"Not testable here: {self.untestable}."
+            if self.threshold is None and self.measured():
+                return "Measured; the remark is not read as a number, so no verdict."
+            return "Not testable here: nothing was measured."
+        if verdict == REDUCED:
+            assert self.regime is not None
+            return (
+                f"Measured at reduced scale ({self.regime.run}); the claim is about "
+                f"{self.regime.paper}. Needs: {self.regime.needed}."
+            )
+        assert self.threshold is not None
+        origin = self.threshold.origin
+        if verdict == FAILS:
+            return f"Contradicted: no case meets the threshold ({origin})."
+        if verdict == PARTIAL:
+            good = self.passing()
+            bad = [c for c in self.values if c not in good]
+            return f"Contradicted on {', '.join(bad)}; holds on {', '.join(good)} ({origin})."
+        cases = "" if list(self.values) == [""] else f"every case ({len(self.values)}) "
+        head = f"{cases}meets the threshold ({origin})".strip()
+        head = head[0].upper() + head[1:]
+        if verdict == CONDITIONAL:
+            return f"{head}, on condition: {self.condition}."
+        return f"{head}."
+
     def number(self) -> str:
-        """The measured numbers, each shown with enough digits to differ from the threshold."""
-        return "; ".join(
-            (f"{case} " if case else "") + format_against(v, self.threshold)
-            for case, v in self.values.items()
-        )
+        """The measured numbers, with ± their standard errors, each shown with enough digits to
+        differ from the threshold."""
+        limit = self.threshold.limit if self.threshold is not None else math.nan
+        parts = []
+        for case, v in self.values.items():
+            text = format_against(v, limit) if math.isfinite(limit) else f"{v:.3g}"
+            if case in self.errors and math.isfinite(self.errors[case]):
+                text += f" ± {self.errors[case]:.2g}"
+            parts.append((f"{case}: " if case else "") + text)
+        return "; ".join(parts)
 
     def threshold_text(self) -> str:
-        return f"{'≤' if self.op == '<=' else '≥'} {self.threshold:g}"
-
-    def finding(self) -> str:
-        """The row's first sentence: the verdict, a contradiction stated as one."""
-        verdict = self.verdict()
-        if verdict == UNTESTABLE:
-            return f"Not testable here, because {self.untestable or 'nothing was measured'}."
-        head = {
-            HOLDS: "The measurement agrees with the source",
-            FAILS: "The measurement contradicts the source",
-            CONDITIONAL: "The measurement agrees with the source under a condition",
-        }[verdict]
-        if verdict == CONDITIONAL and self.contradicted():
-            head = "The measurement contradicts the source in part"
-        return f"{head}: {self.measurement} is {self.number()} (threshold {self.threshold_text()})."
+        return self.threshold.text() if self.threshold is not None else ""
 
     def row(self) -> dict[str, Any]:
-        """The ledger row (machine-readable: the numbers, the threshold and the verdict)."""
+        """The machine-readable row (``ledger.json``): source, quote, where, kind, regimes,
+        measurement, values, threshold, its origin and the verdict."""
+        t = self.threshold
         return {
-            "source": self.source,
-            "words": self.words,
+            "source": self.source.cite(),
+            "source_short": self.source.short(),
+            "quote": self.quote.text,
+            "verbatim": self.quote.verbatim,
+            "where": self.quote.where,
+            "kind": self.kind,
+            "paper_regime": self.regime.paper if self.regime else None,
+            "run_regime": self.regime.run if self.regime else None,
+            "regime_met": self.regime.met if self.regime else None,
             "measurement": self.measurement,
             "values": dict(self.values),
-            "op": self.op,
-            "threshold": self.threshold,
+            "errors": dict(self.errors),
+            "number": self.number(),
+            "op": t.op if t else None,
+            "threshold": t.limit if t else None,
+            "threshold_text": self.threshold_text(),
+            "threshold_origin": t.origin if t else None,
+            "reading": self.reading or None,
             "verdict": self.verdict(),
             "verdict_text": self.verdict_text(),
-            "finding": self.finding(),
+            "icon": ICONS[self.verdict()],
+            "why": self.why(),
         }
 
 
-def ledger_rows(claims: list[Claim]) -> list[list[str]]:
-    """The table rows of :data:`COLUMNS`, the finding first in the verdict column."""
-    return [
-        [
-            c.source,
-            c.words,
-            c.measurement,
-            c.number(),
-            c.threshold_text(),
-            f"{c.verdict_text()}. {c.finding()}",
-        ]
-        for c in claims
-    ]
+def totals(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """How many rows have each verdict (every verdict listed, zeros included)."""
+    return {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
+
+
+def totals_text(rows: list[dict[str, Any]]) -> str:
+    """The ledger's opening line: ``"31 claims: 12 holds · 3 conditional · …"``."""
+    counts = ", ".join(f"{n} {v}" for v, n in totals(rows).items() if n)
+    return f"{len(rows)} claims: {counts}." if rows else "No claims measured."
 
 
 def ledger_table(claims: list[Claim], lead: str = "") -> dict[str, Any]:
     """The claims as a summary table (:func:`~attnreg.studies.common.summary_table`), with the
     machine-readable rows under ``"claims"``."""
+    rows = [c.row() for c in claims]
     table = summary_table(
-        lead or f"{len(claims)} claims tested; verdicts computed from the numbers.",
-        COLUMNS,
-        ledger_rows(claims),
+        lead or totals_text(rows),
+        ["source", "claim", "kind", "number", "threshold", "verdict"],
+        [
+            [
+                r["source_short"],
+                _words(r),
+                r["kind"],
+                r["number"],
+                r["threshold_text"],
+                f"{r['icon']} {r['verdict_text']}. {r['why']}",
+            ]
+            for r in rows
+        ],
     )
-    table["claims"] = [c.row() for c in claims]
+    table["claims"] = rows
     return table
+
+
+def _words(row: dict[str, Any]) -> str:
+    text = f"“{row['quote']}”" if row["verbatim"] else f"(paraphrase) {row['quote']}"
+    return f"{text} ({row['where']})"
 
 
 def markdown(rows: list[dict[str, Any]], study: bool = False) -> str:
@@ -178,28 +328,51 @@ def markdown(rows: list[dict[str, Any]], study: bool = False) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = ([r.get("study", "")] if study else []) + [
-            r["source"],
-            f"“{r['words']}”",
-            f"**{r['verdict_text']}.** {r['finding']}",
+            r["source_short"],
+            _words(r),
+            f"{r['icon']} **{r['verdict_text']}.** {r['why']}",
         ]
         lines.append("| " + " | ".join(esc(c) for c in cells) + " |")
     return "\n".join(lines)
 
 
-def admonition(claims: list[Claim], title: str) -> str:
-    """The claims as an HTML admonition box (Material for MkDocs' ``admonition`` classes) with
-    one row per claim: the source's words, the number and the verdict with its finding. A
-    tutorial shows it with ``IPython.display.HTML``."""
-    from html import escape
+VERDICT_CSS = {
+    HOLDS: "#1a7f37",
+    CONDITIONAL: "#0a7a8a",
+    PARTIAL: "#b26a00",
+    FAILS: "#c62828",
+    REDUCED: "#6b7280",
+    OPEN_QUESTION: "#3558c9",
+    UNTESTABLE: "#6b7280",
+}
+"""The colour of each verdict (text and left border), on the report page and the docs."""
 
-    rows = "".join(
-        f"<tr><td>{escape(c.source)}</td><td>“{escape(c.words)}”</td>"
-        f"<td>{escape(c.number())} ({escape(c.threshold_text())})</td>"
-        f"<td><strong>{escape(c.verdict_text())}.</strong> {escape(c.finding())}</td></tr>"
-        for c in claims
+
+def verdict_class(verdict: str) -> str:
+    """The CSS class of a verdict (``verdict-does-not-hold``)."""
+    return "verdict-" + "".join(ch if ch.isalnum() else "-" for ch in verdict)
+
+
+def admonition(claims: list[Claim] | list[dict[str, Any]], title: str) -> str:
+    """Claims (or their rows) as an HTML box (Material for MkDocs' ``admonition`` classes):
+    the totals, then one row per claim — source, words with where they stand, kind, number
+    (against the threshold), and the coloured verdict with its reason. A tutorial shows it
+    with ``IPython.display.HTML``."""
+    rows = [c.row() if isinstance(c, Claim) else c for c in claims]
+    body = "".join(
+        f'<tr class="{verdict_class(r["verdict"])}">'
+        f"<td>{escape(r['source_short'])}</td><td>{escape(_words(r))}</td>"
+        f"<td>{escape(r['kind'])}</td>"
+        f"<td>{escape(r['number'])}"
+        + (f" ({escape(r['threshold_text'])})" if r["threshold_text"] else "")
+        + "</td>"
+        f'<td><strong style="color:{VERDICT_CSS[r["verdict"]]}">{escape(r["icon"])} '
+        f"{escape(r['verdict_text'])}.</strong> {escape(r['why'])}</td></tr>"
+        for r in rows
     )
     return (
         f'<div class="admonition note"><p class="admonition-title">{escape(title)}</p>'
-        "<table><thead><tr><th>source</th><th>claim</th><th>number</th><th>verdict</th></tr>"
-        f"</thead><tbody>{rows}</tbody></table></div>"
+        f"<p>{escape(totals_text(rows))}</p>"
+        "<table><thead><tr><th>source</th><th>claim (where)</th><th>kind</th><th>number</th>"
+        f"<th>verdict</th></tr></thead><tbody>{body}</tbody></table></div>"
     )

@@ -39,7 +39,8 @@ from attnreg.data.regression import RegressionData
 from attnreg.studies.common import FigureRecord, Section, summary_table
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import hat_matrix
-from attnreg.studies.ledger import Claim
+from attnreg.studies.ledger import REMARK, Claim, Threshold
+from attnreg.studies.quotes import WOJIAO_LOCAL
 
 SECTION = "locality"
 QUESTION = "global or local: how many context rows does a query's attention row draw on?"
@@ -146,13 +147,13 @@ def claims(rows: list[dict[str, Any]]) -> list[Claim]:
     """Goulet Coulombe's locality claim: softmax attention's median PR / N per data mode."""
     return [
         Claim(
-            'Goulet Coulombe 2025 ("Everything is matter")',
-            "softmax attention is local: a query draws on a few nearby rows, unlike the global "
-            "regression hat matrix",
+            WOJIAO_LOCAL,
+            REMARK,
             "softmax median participation ratio / N",
-            "<=",
-            LOCAL_LIMIT,
             {r["data"]: float(r["pr_median_fraction"]) for r in rows if r["operator"] == "softmax"},
+            Threshold("<=", LOCAL_LIMIT, "a quarter of the rows (attnreg's LOCAL_LIMIT)"),
+            reading="local = the median query's attention row draws on at most a quarter of "
+            "the context rows (participation ratio / N)",
         )
     ]
 

@@ -10,7 +10,8 @@ from typing import Any
 from attnreg.studies.common import check, summary_table
 from attnreg.studies.depth.claims import GIANNOU, VLADYMYROV, middle_eps
 from attnreg.studies.depth.config import DepthConfig
-from attnreg.studies.ledger import UNTESTABLE, Claim
+from attnreg.studies.ledger import HOLDS, UNTESTABLE, Claim
+from attnreg.studies.sources import Source
 
 Answer = dict[str, Any]
 
@@ -20,8 +21,8 @@ def fmt(value: float | None) -> str:
     return "cap" if value is None else f"{value:.4g}"
 
 
-def _claim(claims: list[Claim], source: str) -> Claim | None:
-    return next((c for c in claims if c.source.startswith(source)), None)
+def _claim(claims: list[Claim], source: Source) -> Claim | None:
+    return next((c for c in claims if c.source == source), None)
 
 
 def atlas_summary(
@@ -218,7 +219,7 @@ def noise_summary(
     cells = {(r["bin"], r["estimator"]): r["error"] for r in mixed}
     bins = list(dict.fromkeys(r["bin"] for r in mixed))
     out["noise: σ ~ U(0, σ_max) per task (Vladymyrov et al. 2024)"] = summary_table(
-        (mixed_claim.finding() if mixed_claim else "not measured")
+        (f"{mixed_claim.verdict_text()}: {mixed_claim.why()}" if mixed_claim else "not measured")
         + f" The trained {cfg.noise_layers}-layer stack against ridge tuned per σ.",
         ["σ bin", "trained", "ridge tuned per σ", f"one λ = {const['const_lambda']:.3g}"]
         if const
@@ -247,17 +248,17 @@ def lead(claims: list[Claim], slopes: list[dict[str, Any]], cfg: DepthConfig) ->
         return f"{fmt(min(vals))}–{fmt(max(vals))} (theory {lo if lo == hi else f'{lo}–{hi}'})"
 
     failed = [c for c in claims if c.contradicted()]
-    sources = ", ".join(dict.fromkeys(c.source.split(" (")[0] for c in failed))
+    sources = ", ".join(dict.fromkeys(c.source.short() for c in failed))
     head = (
         f"Contradicted, in full or in part: {len(failed)} of {len(claims)} claims ({sources})."
         if failed
-        else f"The measurement agrees with all {len(claims)} claims tested."
+        else f"No measurement contradicts the {len(claims)} claims tested."
     )
     newton = _claim(claims, GIANNOU)
     if newton is None or newton.verdict() == UNTESTABLE:
         grows = "have no fitted slope"
     else:
-        grows = "do NOT grow" if newton.contradicted() else "grow"
+        grows = "grow" if newton.verdict() == HOLDS else "do NOT all grow"
     return (
         f"{head} Newton's layers {grows} like log κ at ε = {eps:g}: {span('newton')} per "
         f"decade of κ̂; GD's {span('gd')} per unit of κ̂."

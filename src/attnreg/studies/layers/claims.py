@@ -8,10 +8,11 @@ from typing import Any
 
 from attnreg.studies.layers.config import LayersConfig
 from attnreg.studies.layers.memory import capacity, memories
-from attnreg.studies.ledger import Claim
+from attnreg.studies.ledger import EMPIRICAL, IDENTITY, REMARK, Claim, Quote, Threshold
+from attnreg.studies.quotes import TANG_CAPACITY
+from attnreg.studies.sources import WANG_SHI_FOX
 
-WANG = "Wang, Shi & Fox 2025 (arXiv 2501.12352)"
-TANG = "Tang (regression as memory)"
+WANG = WANG_SHI_FOX
 MIN_GAIN = 1
 """A memory "beats" linear attention at a correlation ρ when it recalls at least this many more
 pairs (its ``N_max`` minus linear attention's, on the grid of N)."""
@@ -25,13 +26,19 @@ def layers_claims(rows: list[dict[str, Any]], cfg: LayersConfig) -> list[Claim]:
     if layers:
         out.append(
             Claim(
-                WANG,
-                "every causal sequence layer computes a regression of its past pairs: each "
-                "trained layer is explained by one estimator",
+                Quote(
+                    WANG,
+                    "every causal sequence layer computes a regression of its past pairs: each "
+                    "trained layer is explained by one estimator",
+                    "Sections 3–4, the test-time regression framework",
+                    verbatim=False,
+                ),
+                REMARK,
                 "held-out R² of the best estimator family (explain)",
-                ">=",
-                cfg.min_r2,
                 {f"{r['tasks']} · {r['layer']}": float(r["best_r2"]) for r in layers},
+                Threshold(">=", cfg.min_r2, "the config's min_r2 (attnreg's; no source number)"),
+                reading="a layer computes an estimator when that estimator explains its "
+                "held-out predictions (R² of the layer's outputs)",
             )
         )
     mem = [r for r in rows if r.get("kind") == "memory"]
@@ -41,13 +48,12 @@ def layers_claims(rows: list[dict[str, Any]], cfg: LayersConfig) -> list[Claim]:
     d = cfg.memory_d
     out.append(
         Claim(
-            TANG,
-            "the regression (pseudo-inverse) memory — Mesa with λ → 0 — stores N_max = d pairs "
-            "exactly, whatever the correlation of the keys",
-            f"Mesa's N_max / d (d = {d}; largest N of the grid recalled, ε = {cfg.recall_eps:g})",
-            ">=",
-            1.0,
+            TANG_CAPACITY,
+            IDENTITY,
+            f"Mesa's (λ → 0) N_max / d (d = {d}; largest N of the grid recalled, "
+            f"ε = {cfg.recall_eps:g}), per key correlation",
             {f"ρ = {rho:g}": capacity(mem, "Mesa", rho, cfg.recall_eps) / d for rho in rhos},
+            Threshold(">=", 1.0, "the source's own number, N_max = d"),
         )
     )
     correlated = [rho for rho in rhos if rho > 0]
@@ -55,18 +61,22 @@ def layers_claims(rows: list[dict[str, Any]], cfg: LayersConfig) -> list[Claim]:
     if correlated:
         out.append(
             Claim(
-                TANG,
-                "on correlated keys the regression memories (DeltaNet, Mesa) recall more pairs "
-                "than the dot-product memory (linear attention)",
+                Quote(
+                    WANG,
+                    "on correlated keys the regression memories (DeltaNet, Mesa) recall more "
+                    "pairs than the dot-product memory (linear attention)",
+                    "the associative-memory discussion",
+                    verbatim=False,
+                ),
+                EMPIRICAL,
                 "N_max of the memory − N_max of linear attention (pairs)",
-                ">=",
-                MIN_GAIN,
                 {
                     f"{m}, ρ = {rho:g}": capacity(mem, m, rho, cfg.recall_eps) - linear[rho]
                     for m in memories(cfg)
                     if m != "linear attention"
                     for rho in correlated
                 },
+                Threshold(">=", MIN_GAIN, "one more pair than linear attention (the grid's step)"),
             )
         )
     return out

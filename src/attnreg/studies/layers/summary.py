@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from attnreg.studies.common import check, summary_table
-from attnreg.studies.layers.claims import TANG, WANG
+from attnreg.studies.layers.claims import WANG
 from attnreg.studies.layers.config import LayersConfig
 from attnreg.studies.layers.memory import capacity, memories
-from attnreg.studies.ledger import UNTESTABLE, Claim
+from attnreg.studies.ledger import CONDITIONAL, HOLDS, Claim
+from attnreg.studies.sources import TANG
 
 
 def lead(claims: list[Claim], named: int, trained: int, cfg: LayersConfig) -> str:
@@ -18,9 +19,9 @@ def lead(claims: list[Claim], named: int, trained: int, cfg: LayersConfig) -> st
     full or in part) first, then the ones that hold, each named by a short label."""
     labels = (
         (WANG, "every", f"each trained layer is one estimator (R² ≥ {cfg.min_r2:g})"),
-        (TANG, "the regression", "Mesa stores N_max = d pairs exactly"),
+        (TANG, "the capacity", "Mesa stores N_max = d pairs exactly"),
         (
-            TANG,
+            WANG,
             "on correlated",
             "DeltaNet and Mesa recall more than linear attention on correlated keys",
         ),
@@ -29,10 +30,10 @@ def lead(claims: list[Claim], named: int, trained: int, cfg: LayersConfig) -> st
         (label, claim)
         for source, start, label in labels
         for claim in claims
-        if claim.source == source and claim.words.startswith(start)
+        if claim.source == source and claim.quote.text.startswith(start)
     ]
     against = [label for label, c in found if c.contradicted()]
-    held = [label for label, c in found if not c.contradicted() and c.verdict() != UNTESTABLE]
+    held = [label for label, c in found if c.verdict() in (HOLDS, CONDITIONAL)]
     parts = []
     if against:
         parts.append(f"Contradicted (in full or in part, see the ledger): {'; '.join(against)}.")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnreg.studies.ledger import Claim
+from attnreg.studies.ledger import IDENTITY, Claim, Quote, Threshold
+from attnreg.studies.quotes import TAN_ZHAO_SPECIAL_CASE
+from attnreg.studies.sources import GOULET_COULOMBE, MESA, VON_OSWALD
 from attnreg.studies.verify.config import unit_roundoff
 
 MACHINE = 1000
@@ -18,25 +20,43 @@ MACHINE = 1000
 precision; a larger one that passes only its condition-scaled tolerance makes the claim hold
 with that condition."""
 
+TOLERANCE_ORIGIN = (
+    "each certificate row's error bound max(base, u·κ), u the dtype's unit roundoff and κ the "
+    "design's condition number (verify's tolerance)"
+)
+
 SOURCES = (
     (
-        "Tan & Zhao 2026 (arXiv 2604.13656)",
-        "a one-layer transformer with W_Q = W_K = W_V = L, L Lᵀ = (XᵀX)⁻¹, computes OLS exactly",
+        TAN_ZHAO_SPECIAL_CASE,
         "Tan & Zhao",
     ),
     (
-        "Goulet Coulombe 2025 (arXiv 2504.09663)",
-        "OLS is attention: ŷ* = X* (XᵀX)⁻¹ XᵀY = (X* L)(X L)ᵀ Y",
+        Quote(
+            GOULET_COULOMBE,
+            "OLS is attention: ŷ* = X* (XᵀX)⁻¹ XᵀY = (X* L)(X L)ᵀ Y, the fitted values are "
+            "attention with queries X* L, keys X L and values Y",
+            "the paper's main identity",
+            verbatim=False,
+        ),
         "OLS-attention",
     ),
     (
-        "von Oswald et al. 2023 (arXiv 2212.07677)",
-        "stacked linear self-attention layers perform gradient-descent steps (GD, GD++)",
+        Quote(
+            VON_OSWALD,
+            "stacked linear self-attention layers with the constructed weights perform "
+            "gradient-descent steps (GD, GD++) on the in-context regression loss",
+            "Proposition 1 and its multi-layer construction",
+            verbatim=False,
+        ),
         "LSA",
     ),
     (
-        'von Oswald et al. 2023, "Uncovering mesa-optimization algorithms" (arXiv 2309.05858)',
-        "the mesa layer solves the ridge regression of every prefix of the context",
+        Quote(
+            MESA,
+            "the mesa layer solves the ridge regression of every prefix of the context",
+            "the mesa layer's definition",
+            verbatim=False,
+        ),
         "mesa layer",
     ),
 )
@@ -45,7 +65,7 @@ SOURCES = (
 def certificate_claims(rows: list[dict[str, Any]], dtypes: list[str]) -> list[Claim]:
     """One claim per source: the worst ``rel_err / tol`` of its rows in each dtype, ≤ 1."""
     claims = []
-    for source, words, key in SOURCES:
+    for quote, key in SOURCES:
         mine = [r for r in rows if key in r["construction"]]
         values = {
             dtype: max(r["rel_err"] / r["tol"] for r in mine if r["dtype"] == dtype)
@@ -61,6 +81,13 @@ def certificate_claims(rows: list[dict[str, Any]], dtypes: list[str]) -> list[Cl
             else ""
         )
         claims.append(
-            Claim(source, words, "worst relative error / tolerance", "<=", 1.0, values, condition)
+            Claim(
+                quote,
+                IDENTITY,
+                "worst relative error / tolerance",
+                values,
+                Threshold("<=", 1.0, TOLERANCE_ORIGIN),
+                condition=condition,
+            )
         )
     return claims

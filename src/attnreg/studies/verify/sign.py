@@ -13,7 +13,9 @@ import numpy as np
 import torch
 
 from attnreg.constructions import VonOswaldSummaryLayer
-from attnreg.studies.ledger import Claim
+from attnreg.studies.ledger import IDENTITY, Claim, Quote, Threshold
+from attnreg.studies.quotes import VON_OSWALD_SUMMARY_CLOSING
+from attnreg.studies.sources import VON_OSWALD
 
 TOLERANCE = 1e-12
 """A float64 distance below this is "equal": the products are of a few ``O(1)`` terms (d = 3,
@@ -55,22 +57,29 @@ def sign_sentence(plus: float, minus: float) -> str:
 
 def sign_claims(plus: float, minus: float) -> list[Claim]:
     """von Oswald et al.'s claim and its summary's formula, tested by the two distances."""
+    origin = (
+        "float64 rounding of a few O(1) products, u·N·d ≈ 5e-15, with a margin of 200 (TOLERANCE)"
+    )
     return [
         Claim(
-            "von Oswald et al. 2023 (arXiv 2212.07677)",
-            "one linear self-attention layer performs one gradient-descent step on the context",
+            Quote(
+                VON_OSWALD,
+                "one linear self-attention layer with the constructed weights performs one "
+                "gradient-descent step on the in-context regression loss",
+                "Proposition 1",
+                verbatim=False,
+            ),
+            IDENTITY,
             "relative distance of the y-entry to −(W0 + ΔW0) x_q",
-            "<=",
-            TOLERANCE,
             {"": plus},
+            Threshold("<=", TOLERANCE, origin),
         ),
         Claim(
-            'summary "Self-Attention Mimicking Gradient Descent" (of von Oswald et al.)',
-            "the layer's output is (W0 − ΔW0) x",
+            VON_OSWALD_SUMMARY_CLOSING,
+            IDENTITY,
             "relative distance of the y-entry to −(W0 − ΔW0) x_q",
-            "<=",
-            TOLERANCE,
             {"": minus},
+            Threshold("<=", TOLERANCE, origin),
         ),
     ]
 
