@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from attnreg.core.threads import check_count
 from attnreg.core.validation import (
     check_choice,
     check_nonnegative,
@@ -83,7 +84,7 @@ class ExplainConfig:
             check_positive_int("steps", self.steps)
         check_nonnegative("tol", self.tol)
         check_positive("eta", self.eta)
-        check_positive_int("threads", self.threads)
+        check_count("threads", self.threads)
 
 
 def run(
