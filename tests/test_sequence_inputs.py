@@ -79,3 +79,31 @@ def test_softmax_attention_takes_any_finite_scale(scale):
     scores = np.abs(scale) * np.abs(q) @ np.abs(k).swapaxes(-1, -2)
     bound = 8 * (D + T) * unit * (1 + scores.max()) * np.abs(v).max()
     assert np.abs(got - expected).max() <= bound
+
+
+def test_module_flags_and_ridge_are_checked_at_construction():
+    from attnreg.sequence import LinearAttentionLayer, LonghornLayer, MesaNetLayer
+
+    with pytest.raises(ValueError, match="diagonal"):
+        LonghornLayer(diagonal="False")
+    with pytest.raises(ValueError, match="normalize"):
+        LinearAttentionLayer(normalize="yes")
+    for bad in (-1, 0.0, np.array([[1.0, -2.0]])):
+        with pytest.raises(ValueError, match="lam"):
+            MesaNetLayer(lam=bad)
+
+
+def test_a_hooked_softmax_layer_refuses_and_accepts_what_the_unhooked_one_does():
+    """scale = 0: both paths give the running mean of the values (the weights are uniform)."""
+    from attnreg.sequence import SoftmaxAttentionLayer
+
+    q, k, v = (torch.from_numpy(a) for a in qkv())
+    layer = SoftmaxAttentionLayer(scale=0.0)
+    plain = layer(q, k, v)
+    hooked = layer.run_with_hooks(q, k, v, hooks=[("hook_weights", lambda t, n: None)])
+    counts = torch.arange(1, T + 1, dtype=torch.float64)[:, None]
+    running_mean = v.cumsum(2) / counts
+    unit = np.finfo(np.float64).eps / 2
+    bound = 8 * T * unit * float(v.abs().max())
+    assert float((plain - running_mean).abs().max()) <= bound
+    assert float((hooked - running_mean).abs().max()) <= bound

@@ -92,17 +92,26 @@ def per_token(
     return tensor.expand(b, h, t)
 
 
+def check_lam_values(lam: float | ArrayLike) -> torch.Tensor:
+    """The ridge ``λ > 0``, a number or ``(H, d_k)``, checked without a shape to match (e.g. at a
+    module's construction): a float64 tensor, every value > 0."""
+    tensor = _parameter("lam", lam, (0, 2))
+    if bool((tensor <= 0).any()):
+        raise ValueError("lam: every value must be > 0 (the ridge keeps each solve well posed)")
+    return tensor
+
+
 def check_lam(lam: float | ArrayLike, like: torch.Tensor) -> torch.Tensor:
     """The ridge ``λ > 0``: a number or one value per head and key coordinate ``(H, d_k)``
     (MesaNet's convention); returned as an ``(H, d_k)`` tensor in ``like``'s dtype."""
     h, d = like.shape[1], like.shape[-1]
-    tensor = _parameter("lam", lam, (0, 2)).to(like.dtype)
+    tensor = check_lam_values(lam).to(like.dtype)
     if tensor.ndim == 2 and tuple(tensor.shape) != (h, d):
         raise ValueError(
             f"lam: expected a number or shape (H, d_k) = {(h, d)}, got {tuple(tensor.shape)}"
         )
     if bool((tensor <= 0).any()):
-        raise ValueError("lam: every value must be > 0 (the ridge keeps each solve well posed)")
+        raise ValueError(f"lam: {lam!r} underflows to 0 in {like.dtype} (the inputs' dtype)")
     return tensor.expand(h, d)
 
 
