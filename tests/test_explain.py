@@ -209,6 +209,7 @@ runner = CliRunner()
         (["--min-r2", "nan"], "min_r2"),
         (["--inputs", "cauchy"], "inputs"),
         (["--construction", "lasso"], "construction"),
+        (["--tasks", "100000000"], "GiB is available"),  # refused before allocating
     ],
 )
 def test_cli_bad_option_values_are_one_line_errors(option, needle) -> None:
@@ -252,3 +253,17 @@ def test_cli_a_zero_layer_is_explained_by_no_family(tmp_path) -> None:
     assert "zero variance" in summary["best family"]
     table = runner.invoke(app, ["explain", str(path), "--tasks", "40"])
     assert table.exit_code == 0 and "undefined" in table.output and "yes" not in table.output
+
+
+def test_the_task_memory_check_refuses_what_does_not_fit_and_passes_what_does(monkeypatch):
+    """The refusal names ``tasks`` and the memory available; a size that fits passes."""
+    import psutil
+
+    from attnreg.explain_cli import WORKING_COPIES, check_task_memory
+
+    per_task = 8 * (10 + 1) * (10 + 1) * WORKING_COPIES + 8 * (100 + 100)
+    available = type("Mem", (), {"available": 1000 * per_task})()
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: available)
+    check_task_memory(1000, 10, 10)
+    with pytest.raises(ValueError, match=r"tasks: 1001 tasks .*at most about 1000 tasks"):
+        check_task_memory(1001, 10, 10)

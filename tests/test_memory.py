@@ -340,3 +340,30 @@ def test_bad_inputs_raise_value_errors_naming_the_argument():
         DenseAssociativeMemory(power=1).store(np.ones((2, 2)))
     with pytest.raises(ValueError, match="beta"):
         ModernHopfield(beta=0.0).store(np.ones((2, 2)))
+
+
+def test_the_pseudo_inverse_memory_as_a_regressor_names_the_rank_at_n_below_d():
+    """As a regression (MemoryRegressor) the minimum-norm answer at N < d warns with the rank
+    found, like every predictor; as a memory (capacity: N ≤ d is its normal regime) it does
+    not. The answer is numpy's lstsq (minimum norm) either way."""
+    import warnings
+
+    import numpy as np
+
+    from attnreg.core.whitening import RankWarning
+    from attnreg.memory import MemoryRegressor, PseudoInverseMemory
+
+    rng = np.random.default_rng(5)
+    x, y, q = rng.normal(size=(3, 6)), rng.normal(size=(3, 1)), rng.normal(size=(2, 6))
+    with pytest.warns(RankWarning, match="rank 3 < d = 6"):
+        got = MemoryRegressor(PseudoInverseMemory()).predict(x, y, q)
+    expected = q @ np.linalg.lstsq(x, y, rcond=None)[0]
+    assert (
+        np.max(np.abs(got.numpy() - expected))
+        <= 64 * 2**-53 * np.linalg.cond(x) * np.abs(expected).max()
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RankWarning)
+        PseudoInverseMemory().store(x, y)  # the memory itself: no warning
+    with pytest.raises(ValueError, match="warn_rank"):
+        PseudoInverseMemory(warn_rank="yes")

@@ -108,12 +108,19 @@ def config_from_dict(cls: type[T], data: dict[str, Any]) -> T:
 
 def check_fields(config: Any) -> None:
     """Check every field of the dataclass instance ``config`` against its annotation (the
-    rules of :func:`config_from_dict`; every float finite, in lists and mappings too): a
-    ``ValueError`` naming the key. The first check of every study config's
-    ``__post_init__``."""
+    rules of :func:`config_from_dict`; every float finite, in lists and mappings too), and a
+    ``threads`` or ``workers`` field against the cores this process may use
+    (:func:`attnreg.core.threads.check_count`): a ``ValueError`` naming the key. The first
+    check of every study config's ``__post_init__``."""
     hints = typing.get_type_hints(type(config))
     for f in dataclasses.fields(config):
         _check_type(f.name, getattr(config, f.name), hints[f.name])
+        value = getattr(config, f.name)
+        # a study's torch threads and worker processes: at most the usable cores (0: automatic)
+        if f.name in ("threads", "workers") and not (f.name == "workers" and value == 0):
+            from attnreg.core.threads import check_count
+
+            check_count(f.name, value, "threads" if f.name == "threads" else "worker processes")
 
 
 def check_device(name: str, device: str) -> str:

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from attnreg.bench import TARGETS, parse_ids, run_benchmarks
 from attnreg.bench.render import bench_json
+from attnreg.core.threads import check_count
 
 
 def bench_command(
@@ -63,6 +64,11 @@ def bench_command(
         ids = parse_ids(only)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--only") from exc
+    if threads is not None:
+        try:
+            check_count("threads", threads)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--threads") from exc
     err = Console(stderr=True)
     start = time.perf_counter()
     last = [start]

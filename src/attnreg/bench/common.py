@@ -28,6 +28,8 @@ from typing import Any
 import psutil
 import torch
 
+from attnreg.core.threads import check_count
+
 GIB = 2**30
 MATMUL_SIZE = 2048
 
@@ -88,7 +90,7 @@ def machine() -> dict[str, Any]:
 
 def set_threads(threads: int | None) -> int:
     """Set torch's intra-op thread count (default: :func:`default_threads`); return it."""
-    n = default_threads() if threads is None else max(1, int(threads))
+    n = default_threads() if threads is None else check_count("threads", threads)
     torch.set_num_threads(n)
     return n
 

@@ -63,15 +63,23 @@ class PseudoInverseMemory:
     rescaled keys.
     """
 
-    def __init__(self, ridge: float = 0.0, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
+    def __init__(
+        self,
+        ridge: float = 0.0,
+        memory_budget: int = DEFAULT_MEMORY_BUDGET,
+        warn_rank: bool = False,
+    ) -> None:
         self.ridge = ridge
         self.memory_budget = memory_budget
+        self.warn_rank = warn_rank
         self._check_settings()
 
     def _check_settings(self) -> None:
         """Validate the settings (at construction, and again at ``store``: they are attributes)."""
         check_nonnegative("ridge", self.ridge)
         check_positive("memory_budget", self.memory_budget)
+        if not isinstance(self.warn_rank, bool):
+            raise ValueError(f"warn_rank: must be True or False, got {self.warn_rank!r}")
 
     def store(self, keys: Any, values: Any = None) -> PseudoInverseMemory:
         """Store ``keys (N, d)`` → ``values (N, dv)`` (``values=None``: auto-association)."""
@@ -86,8 +94,10 @@ class PseudoInverseMemory:
         n, d = k.shape
         keys, values, self.rescaling_ = rescale_tasks(k[None], v[None], float(self.ridge))
         self._keys, self._values = keys[0], values[0]
-        # N < d is the memory's normal regime (rank N by construction): no rank warning then.
-        w = whitening_matrix(self._keys, ridge=self.rescaling_.ridge, warn=n >= d).matrix[0]
+        # N < d is a memory's normal regime (rank N by construction): no rank warning then,
+        # unless it serves as a regression (``warn_rank``: the minimum-norm answer is named).
+        warn = n >= d or self.warn_rank
+        w = whitening_matrix(self._keys, ridge=self.rescaling_.ridge, warn=warn).matrix[0]
         self.keys_, self.values_ = k, v
         self.metric_ = w @ w.mT
         return self

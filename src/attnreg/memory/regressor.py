@@ -62,10 +62,18 @@ class MemoryRegressor:
             )
 
     def _fresh(self) -> Any:
+        """A fresh memory; one that can warn of a rank-deficient store does (``warn_rank``):
+        as a regression, a minimum-norm answer names the rank it found, like every predictor."""
         if hasattr(self.memory, "store"):
-            return copy.deepcopy(self.memory)
-        if callable(self.memory):
-            return self.memory()
+            fresh = copy.deepcopy(self.memory)
+        elif callable(self.memory):
+            fresh = self.memory()
+        else:
+            fresh = None
+        if fresh is not None:
+            if hasattr(fresh, "warn_rank"):
+                fresh.warn_rank = True
+            return fresh
         raise ValueError(
             f"memory: expected a memory or a factory of one, got {type(self.memory).__name__}"
         )

@@ -55,8 +55,14 @@ class CellSpec:
 def make_cell(study: str, overrides: dict[str, Any], seed: int, profile: str = "quick") -> CellSpec:
     """Validate ``overrides`` by building the study's config from its ``profile`` with them
     (an unknown key, a wrong type or a bad value → ``ValueError`` naming the key), set the
-    seed (0 … 2**63 - 1), and return the cell with its full config."""
+    seed (0 … 2**63 - 1), and return the cell with its full config. The seed is the run's
+    (``--seed``, a sweep's ``seeds``), never an override: one there is refused, not ignored."""
     check_seed("seed", seed)
+    if "seed" in overrides:
+        raise ValueError(
+            f"seed: set by the run (--seed, or a sweep's top-level 'seeds' list), not as a "
+            f"config key (got seed = {overrides['seed']!r})"
+        )
     spec = get_study(study)
     base = config_to_dict(spec.profile(profile))
     if "seed" not in base:

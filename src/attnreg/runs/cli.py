@@ -23,10 +23,15 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(code=USAGE_ERROR)
 
 
-def check_workers_option(workers: int | None) -> None:
-    """``--workers`` must be at least 1 when given."""
-    if workers is not None and workers < 1:
-        fail(f"--workers must be at least 1, got {workers}")
+def check_workers_option(workers: int | None, executor: str = "local") -> None:
+    """``--workers`` must be at least 1 when given, and on the local executor at most the cores
+    this process may use (:func:`attnreg.runs.executors.check_workers`)."""
+    from attnreg.runs.executors import check_workers
+
+    try:
+        check_workers(workers, executor)
+    except ValueError as exc:
+        fail(f"--{exc}")
 
 
 def interrupted(exc: RunInterrupted, store: Path) -> NoReturn:
@@ -68,7 +73,7 @@ def sweep_command(
         fail(f"--executor: unknown executor {executor!r}; valid: local, dask")
     if scheduler and executor != "dask":
         fail(f"--scheduler {scheduler} needs --executor dask")
-    check_workers_option(workers)
+    check_workers_option(workers, executor)
     if not lock_timeout >= 0:
         fail(f"--lock-timeout must be >= 0 seconds, got {lock_timeout}")
     if export is not None and (problem := folder_problem(export)):

@@ -32,6 +32,7 @@ from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from attnreg.core.threads import check_count
 from attnreg.core.validation import check_choice
 from attnreg.progress import Display
 from attnreg.runs.cells import CellSpec, execute_cell, send_progress_to
@@ -71,12 +72,16 @@ def pending_cells(
     return list(todo.values()), skipped
 
 
-def check_workers(workers: int | None) -> None:
-    """``workers`` must be ``None`` (automatic) or an integer >= 1."""
+def check_workers(workers: int | None, executor: str = "local") -> None:
+    """``workers`` must be ``None`` (automatic) or an integer >= 1; on the local executor at
+    most the cores this process may use (:func:`attnreg.core.threads.check_count`): each
+    worker is a process running a study."""
     if workers is not None and (
         isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
     ):
         raise ValueError(f"workers: must be an integer >= 1, got {workers!r}")
+    if workers is not None and executor == "local":
+        check_count("workers", workers, "worker processes")
 
 
 def check_scheduler(address: str, timeout: float = SCHEDULER_TIMEOUT) -> None:
@@ -137,7 +142,7 @@ def run_cells(
     In the main thread, SIGINT and SIGTERM stop the run: finished cells are stored, workers
     ended, and :class:`~attnreg.runs.lifecycle.RunInterrupted` raised."""
     check_choice("executor", executor, EXECUTORS)
-    check_workers(workers)
+    check_workers(workers, executor)
     todo, skipped = pending_cells(cells, store, retry_failed, rerun)
     outcome = SweepOutcome(skipped=skipped)
     workers = workers or max(1, min(os.cpu_count() or 1, len(todo) or 1))

@@ -65,9 +65,6 @@ def parse_sweep(data: Any) -> Sweep:
         raise ValueError("sweep: 'seeds' must be a non-empty list of integers")
     for seed in seeds:
         check_seed("sweep: 'seeds'", seed)
-    for key in ("seed",):
-        if key in base or key in grid:
-            raise ValueError(f"sweep: set seeds with the top-level 'seeds' list, not {key!r}")
     profile = data.get("profile", "quick")
     if profile not in ("quick", "full"):
         raise ValueError(f"sweep: 'profile' must be quick or full, got {profile!r}")

@@ -18,8 +18,17 @@ MODES = ("chunk", "recurrent")
 
 
 def _parameter(name: str, value: float | ArrayLike, ndim: tuple[int, ...]) -> torch.Tensor:
-    """``value`` checked by :func:`as_tensor`; a plain number stays a 0-d tensor."""
-    if isinstance(value, int | float | np.number) and not isinstance(value, bool):
+    """``value`` checked by :func:`as_tensor`; a plain number (a 0-d array or tensor too) stays
+    a 0-d tensor. A bool, a string or ``None`` is refused, naming ``name``."""
+    if value is None or isinstance(value, bool | np.bool_ | str | bytes):
+        raise ValueError(f"{name}: must be a number or an array of numbers, got {value!r}")
+    if isinstance(value, torch.Tensor) and value.dtype == torch.bool:
+        raise ValueError(f"{name}: must be numeric, got a bool tensor")
+    if isinstance(value, np.ndarray) and value.dtype.kind == "b":
+        raise ValueError(f"{name}: must be numeric, got a bool array")
+    if isinstance(value, int | float | np.number) or (
+        isinstance(value, np.ndarray) and value.ndim == 0
+    ):
         value = torch.tensor(float(value), dtype=torch.float64)
     return as_tensor(name, value, ndim=ndim)
 
@@ -56,7 +65,15 @@ def per_token(
     """``value`` as a ``(B, H, T)`` tensor for ``like`` of shape ``(B, H, T, ·)``; every entry
     must lie in ``[low, high]`` (``(low, high]`` with ``open_low``)."""
     b, h, t = like.shape[:3]
-    tensor = _parameter(name, value, (0, 1, 3)).to(like.dtype)
+    wide = _parameter(name, value, (0, 1, 3))
+    tensor = wide.to(like.dtype)
+    lost = (wide != 0) & (tensor == 0)
+    if bool(lost.any()):
+        tiny = float(wide[lost].abs().max())
+        raise ValueError(
+            f"{name}: {tiny:g} underflows to 0 in {like.dtype} (the inputs' dtype); use "
+            f"float64 inputs or a value of at least {torch.finfo(like.dtype).tiny:g}"
+        )
     if tensor.ndim == 1 and tensor.shape[0] != h:
         raise ValueError(
             f"{name}: a per-head value must have shape (H,) = ({h},), got {tuple(tensor.shape)}"
@@ -75,17 +92,26 @@ def per_token(
     return tensor.expand(b, h, t)
 
 
+def check_lam_values(lam: float | ArrayLike) -> torch.Tensor:
+    """The ridge ``λ > 0``, a number or ``(H, d_k)``, checked without a shape to match (e.g. at a
+    module's construction): a float64 tensor, every value > 0."""
+    tensor = _parameter("lam", lam, (0, 2))
+    if bool((tensor <= 0).any()):
+        raise ValueError("lam: every value must be > 0 (the ridge keeps each solve well posed)")
+    return tensor
+
+
 def check_lam(lam: float | ArrayLike, like: torch.Tensor) -> torch.Tensor:
     """The ridge ``λ > 0``: a number or one value per head and key coordinate ``(H, d_k)``
     (MesaNet's convention); returned as an ``(H, d_k)`` tensor in ``like``'s dtype."""
     h, d = like.shape[1], like.shape[-1]
-    tensor = _parameter("lam", lam, (0, 2)).to(like.dtype)
+    tensor = check_lam_values(lam).to(like.dtype)
     if tensor.ndim == 2 and tuple(tensor.shape) != (h, d):
         raise ValueError(
             f"lam: expected a number or shape (H, d_k) = {(h, d)}, got {tuple(tensor.shape)}"
         )
     if bool((tensor <= 0).any()):
-        raise ValueError("lam: every value must be > 0 (the ridge keeps each solve well posed)")
+        raise ValueError(f"lam: {lam!r} underflows to 0 in {like.dtype} (the inputs' dtype)")
     return tensor.expand(h, d)
 
 
@@ -95,7 +121,18 @@ def check_mode(mode: str) -> str:
 
 
 def check_scale(scale: float) -> float:
-    """The query scale: a finite number (the layers apply no other scaling to the queries)."""
+    """The query scale: a finite real number (the layers apply no other scaling to the
+    queries). A bool, a string, ``None`` or a tensor that requires grad (which a number would
+    detach from the graph: scale ``q`` by it instead) is refused, naming ``scale``."""
+    if isinstance(scale, torch.Tensor) and scale.requires_grad:
+        raise ValueError(
+            "scale: a tensor that requires grad would be detached here; multiply q by it and "
+            "keep scale=1.0"
+        )
+    if isinstance(scale, torch.Tensor | np.ndarray) and scale.ndim == 0:
+        scale = scale.item()
+    if isinstance(scale, bool | np.bool_) or not isinstance(scale, int | float | np.number):
+        raise ValueError(f"scale: must be a finite number, got {scale!r}")
     value = float(scale)
     if value != value or value in (float("inf"), float("-inf")):
         raise ValueError(f"scale: must be a finite number, got {scale!r}")

@@ -25,13 +25,16 @@ def softmax_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
     """Causal ``softmax(scale · Q Kᵀ) V`` by PyTorch's fused
     ``scaled_dot_product_attention(is_causal=True)`` (on the CPU a flash-attention kernel: tiles
     of queries × keys with an online softmax; no ``T × T`` matrix). Values of another width than
-    the keys are zero-padded to one head width (zero columns change nothing)."""
+    the keys are zero-padded to one head width (zero columns change nothing). The scale goes
+    into the queries before the kernel applies its causal mask (inside the kernel a scale of 0
+    or below would multiply the mask's −∞: NaN for 0, +∞ for a negative scale)."""
+    q = q * scale
     d, d_v = k.shape[-1], v.shape[-1]
     if d_v < d:
         v = pad(v, (0, d - d_v))
     elif d_v > d:
         q, k = pad(q, (0, d_v - d)), pad(k, (0, d_v - d))
-    out = scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    out = scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
     return out[..., :d_v]
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from attnreg.core.validation import ArrayLike, check_finite_result, check_positive
+from attnreg.core.validation import ArrayLike, check_finite_result, check_flag, check_positive
 from attnreg.sequence.chunked import (
     delta_chunked,
     diagonal_chunked,
@@ -71,6 +71,7 @@ def linear_attention(
     qt, kt, vt = check_qkv(q, k, v)
     alpha = decay_of(decay, kt)
     check_mode(mode)
+    check_flag("normalize", normalize)
     qt = qt * check_scale(scale)
     d_v = vt.shape[-1]
     if normalize:

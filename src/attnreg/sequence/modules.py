@@ -18,9 +18,16 @@ import torch
 
 from attnreg.core import Hooked, HookPoint
 from attnreg.core.hooks import HookFn
-from attnreg.core.validation import ArrayLike, check_finite_result, check_positive
+from attnreg.core.validation import ArrayLike, check_finite_result, check_flag, check_positive
 from attnreg.sequence import layers
-from attnreg.sequence.inputs import check_lam, check_mode, check_qkv, check_scale, per_token
+from attnreg.sequence.inputs import (
+    check_lam,
+    check_lam_values,
+    check_mode,
+    check_qkv,
+    check_scale,
+    per_token,
+)
 from attnreg.sequence.kernel import causal_weights, local_linear
 from attnreg.sequence.recurrent import (
     delta_recurrent,
@@ -76,7 +83,7 @@ class LinearAttentionLayer(SequenceLayer):
 
     def __init__(self, normalize: bool = False, scale: float = 1.0, mode: str = "chunk") -> None:
         super().__init__(scale)
-        self.normalize = bool(normalize)
+        self.normalize = check_flag("normalize", normalize)
         self.mode = check_mode(mode)
         self.hook_state, self.hook_normalizer = HookPoint(), HookPoint()
 
@@ -137,7 +144,7 @@ class LonghornLayer(SequenceLayer):
 
     def __init__(self, scale: float = 1.0, diagonal: bool = False, mode: str = "chunk") -> None:
         super().__init__(scale)
-        self.diagonal = bool(diagonal)
+        self.diagonal = check_flag("diagonal", diagonal)
         self.mode = check_mode(mode)
         self.hook_state = HookPoint()
 
@@ -170,6 +177,7 @@ class MesaNetLayer(SequenceLayer):
         self, lam: float | ArrayLike = 1.0, scale: float = 1.0, mode: str = "chunk"
     ) -> None:
         super().__init__(scale)
+        check_lam_values(lam)  # a bad λ is refused here, not at the first forward pass
         self.lam = lam
         self.mode = check_mode(mode)
         self.hook_kk, self.hook_kv = HookPoint(), HookPoint()
