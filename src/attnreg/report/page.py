@@ -27,6 +27,7 @@ from attnreg.studies.ledger import (
     totals_text,
     verdict_class,
 )
+from attnreg.studies.published import merge
 from attnreg.studies.registry import STUDIES
 
 MAX_TABLE_ROWS = 200
@@ -92,8 +93,8 @@ def section(cell: CellResult, command: str, table: bool) -> StudySection:
     (the summary entry :data:`~attnreg.studies.ledger.LEDGER_KEY`) go to the page's ledger."""
     spec = STUDIES.get(cell.study)
     ledger = cell.summary.get(LEDGER_KEY)
-    claims: list[dict[str, Any]] = (
-        list(ledger.get("claims", [])) if isinstance(ledger, dict) else []
+    claims: list[dict[str, Any]] = merge(
+        list(ledger.get("claims", [])) if isinstance(ledger, dict) else [], cell.study
     )
     return StudySection(
         name=cell.study,

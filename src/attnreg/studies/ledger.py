@@ -353,12 +353,20 @@ def verdict_class(verdict: str) -> str:
     return "verdict-" + "".join(ch if ch.isalnum() else "-" for ch in verdict)
 
 
-def admonition(claims: list[Claim] | list[dict[str, Any]], title: str) -> str:
+def admonition(
+    claims: list[Claim] | list[dict[str, Any]], title: str, study: str | None = None
+) -> str:
     """Claims (or their rows) as an HTML box (Material for MkDocs' ``admonition`` classes):
     the totals, then one row per claim — source, words with where they stand, kind, number
-    (against the threshold), and the coloured verdict with its reason. A tutorial shows it
-    with ``IPython.display.HTML``."""
+    (against the threshold), and the coloured verdict with its reason. With ``study``, the
+    committed full-scale verdicts of that study are read in
+    (:func:`attnreg.studies.published.merge`). A tutorial shows it with
+    ``IPython.display.HTML``."""
+    from attnreg.studies.published import merge
+
     rows = [c.row() if isinstance(c, Claim) else c for c in claims]
+    if study is not None:
+        rows = merge(rows, study)
     body = "".join(
         f'<tr class="{verdict_class(r["verdict"])}">'
         f"<td>{escape(r['source_short'])}</td><td>{escape(_words(r))}</td>"
