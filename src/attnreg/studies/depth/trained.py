@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -67,30 +68,37 @@ class CellSampler:
     rotate: bool = False
     n_query: int = 1
 
-    def covariance(self) -> torch.Tensor:
+    @cached_property
+    def sigma(self) -> torch.Tensor:
         """The fixed ``Σ`` (``rotate`` false), or the spectrum's diagonal matrix."""
         if not self.rotate:
             return random_covariance(self.d, self.kappa, seed=self.seed)
         lam = float(self.kappa) ** -torch.linspace(0, 1, self.d, dtype=torch.float64)
         return torch.diag(lam * self.d / lam.sum())
 
+    @cached_property
+    def fixed(self) -> TaskSampler:
+        """The sampler of the fixed ``Σ`` (built once: its Cholesky factor is not free)."""
+        return TaskSampler(
+            d=self.d,
+            n_ctx=self.n_ctx,
+            n_query=self.n_query,
+            inputs="gaussian",
+            covariance=self.sigma,
+        )
+
     def sample(self, batch: int, gen: torch.Generator, dtype: torch.dtype) -> Tasks:
+        if not self.rotate:
+            return self.fixed.sample(batch, gen, dtype)
         return self.sample_with_covariance(batch, gen, dtype)[0]
 
     def sample_with_covariance(
         self, batch: int, gen: torch.Generator, dtype: torch.dtype
     ) -> tuple[Tasks, torch.Tensor]:
         """``batch`` tasks and their covariance (``(d, d)``, or ``(B, d, d)`` when rotated)."""
-        sigma = self.covariance()
+        sigma = self.sigma
         if not self.rotate:
-            sampler = TaskSampler(
-                d=self.d,
-                n_ctx=self.n_ctx,
-                n_query=self.n_query,
-                inputs="gaussian",
-                covariance=sigma,
-            )
-            return sampler.sample(batch, gen, dtype), sigma
+            return self.fixed.sample(batch, gen, dtype), sigma
         n, m, d = self.n_ctx, self.n_query, self.d
         z = torch.randn(batch, n + m, d, generator=gen, dtype=torch.float64)
         q, r = torch.linalg.qr(torch.randn(batch, d, d, generator=gen, dtype=torch.float64))
