@@ -249,6 +249,8 @@ def test_slope_claims_on_both_sides():
     assert [c.verdict() for c in claims] == [FAILS, FAILS]
     capped = slope_claims(atlas_rows("gd", linear_growth, cap=10), 1e-6, 10)
     assert capped[0].verdict() == UNTESTABLE and "10-layer cap" in capped[0].why()
+    narrow = slope_claims(atlas_rows("gd", log_growth, kappas=(20.0, 25.0, 30.0)), 1e-6, 1000)
+    assert narrow[0].verdict() == UNTESTABLE  # within a decade: no line tells κ from log κ
 
 
 def test_gd_grid_reaches_a_thousand_steps():

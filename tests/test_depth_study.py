@@ -136,8 +136,9 @@ def test_claims_are_computed_from_the_rows(tiny):
 
 def test_slope_and_fu_claims_are_computed_from_the_rows(tiny):
     """The growth claims recomputed here from the atlas rows (R² on the claimed abscissa minus
-    R² on the other, numpy's fits), their verdicts from them; Fu et al.'s claims from the
-    deepest stacks' trend rows, gated on the regime (a 2-layer stack: too shallow to fit)."""
+    R² on the other, numpy's fits; GD's κ̂ as its rate has it), their verdicts from them; Fu
+    et al.'s claims from the deepest stacks' trend rows, gated on the regime (a 2-layer
+    stack: too shallow to fit)."""
     from attnreg.studies.ledger import HOLDS, UNTESTABLE
 
     def r2(xs, ys):
@@ -158,11 +159,12 @@ def test_slope_and_fu_claims_are_computed_from_the_rows(tiny):
                 for r in atlas
                 if (r["method"], r["n_ctx"]) == (method, n) and r["layers_needed"] is not None
             ]
-            if len(done) < 3:
-                continue
             k = np.array([r["kappa_sample"] for r in done])
+            if len(done) < 3 or k.max() < 10 * k.min():  # three cells over a decade of κ̂
+                continue
             ys = np.array([float(r["layers_needed"]) for r in done], dtype=float)
-            a, b = (np.log10(k), k) if method == "newton" else (k, np.log10(k))
+            rate = np.where(k > 1, 1 / np.log((k + 1) / np.maximum(k - 1, 1e-300)), 0.0)
+            a, b = (np.log10(k), k) if method == "newton" else (rate, np.log10(k))
             want[f"N = {n}"] = r2(a, ys) - r2(b, ys)
         assert claim.values == pytest.approx(want, abs=1e-9)
         if want:

@@ -72,16 +72,29 @@ def fit_preference(claimed: list[float], other: list[float], ys: list[float]) ->
     return mine - theirs
 
 
+DECADE = 10.0
+"""A case needs its cells' κ̂ to span a decade, the unit the claims' log κ is read in: over
+less, a line in κ̂ and a line in log κ̂ fit the same few points alike and the comparison
+decides nothing."""
+
+
+def gd_rate(kappa: float) -> float:
+    """GD's κ in the exact form its rate takes: ``1/ln((κ + 1)/(κ − 1))`` layers per unit of
+    ``ln(1/ε)`` (≈ κ/2 for large κ; 0 at κ = 1), the abscissa "grows like κ" is fitted on."""
+    return 0.0 if kappa <= 1 else 1.0 / math.log((kappa + 1) / (kappa - 1))
+
+
 SLOPE_ORIGIN = (
     "0: lines in log κ̂ and in κ̂ explain the layers needed equally well; the claimed growth "
-    "must explain at least as much (R² of the same cells, the atlas's fixed-weight stacks)"
+    "must explain at least as much (R² of the same cells of the atlas's fixed-weight stacks)"
 )
 
 
 def slope_claims(rows: list[dict[str, Any]], eps: float, cap: int) -> list[Claim]:
     """Newton's layers grow like log κ (Giannou et al.), GD's like κ: per context size N, the
     atlas cells (rows ``kind="atlas"`` at ``eps``) that reached ε, the claimed growth's line
-    against the other's (:func:`fit_preference`), one case per N with at least three cells."""
+    against the other's (:func:`fit_preference`; GD's κ in its rate's exact form,
+    :func:`gd_rate`), one case per N with at least three cells spanning a :data:`DECADE`."""
     atlas = [r for r in _of(rows, "atlas") if r["eps"] == eps]
     out = []
     for method, quote, claimed in (
@@ -104,7 +117,7 @@ def slope_claims(rows: list[dict[str, Any]], eps: float, cap: int) -> list[Claim
                 "the convergence rates compared (GD's linear rate in κ)",
                 verbatim=False,
             ),
-            "κ̂",
+            "κ̂ (as GD's rate has it, 1/ln((κ̂ + 1)/(κ̂ − 1)))",
         ),
     ):
         mine = [r for r in atlas if r["method"] == method]
@@ -114,27 +127,30 @@ def slope_claims(rows: list[dict[str, Any]], eps: float, cap: int) -> list[Claim
         for n in dict.fromkeys(r["n_ctx"] for r in mine):
             done = [r for r in mine if r["n_ctx"] == n and r["layers_needed"] is not None]
             kappa = [float(r["kappa_sample"]) for r in done]
+            if len(done) < 3 or max(kappa) < DECADE * min(kappa):
+                continue
             logs = [math.log10(k) for k in kappa]
             ys = [float(r["layers_needed"]) for r in done]
             pref = (
                 fit_preference(logs, kappa, ys)
                 if method == "newton"
-                else fit_preference(kappa, logs, ys)
+                else fit_preference([gd_rate(k) for k in kappa], logs, ys)
             )
             if math.isfinite(pref):
                 values[f"N = {n}"] = pref
-        other = "κ̂" if claimed == "log κ̂" else "log κ̂"
+        other = "κ̂" if method == "newton" else "log κ̂"
         out.append(
             Claim(
                 quote,
                 IDENTITY,
                 f"R² of the layers needed on {claimed} minus R² on {other}, over the cells "
-                f"that reached ε = {eps:g}",
+                f"that reached ε = {eps:g} (at least three, spanning a decade of κ̂)",
                 values,
                 Threshold(">=", 0.0, SLOPE_ORIGIN),
                 untestable=""
                 if values
-                else f"no context size has three {method} cells below the {cap}-layer cap",
+                else f"no context size has three {method} cells spanning a decade of κ̂ below "
+                f"the {cap}-layer cap",
             )
         )
     return out
