@@ -157,7 +157,7 @@ def test_converged_is_a_flat_last_window():
     assert converged(falling)[0] is False
     rising = [1.0] * 3800 + [1.5] * 200
     assert converged(rising)[0] is False
-    assert converged([1.0] * 5)[0] is False
+    assert converged([1.0] * 399)[0] is False  # fewer than two plateau windows
 
 
 # ---------------------------------------------------------------------------------------------

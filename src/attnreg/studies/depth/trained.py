@@ -112,12 +112,11 @@ class CellSampler:
 
 def converged(losses: list[float]) -> tuple[bool, float]:
     """Whether the run's loss has stopped falling: the mean over the last window of
-    ``PLATEAU.plateau_window`` steps (a tenth of the run when shorter) is within
-    ``PLATEAU.plateau_rtol`` (relative) of the window before, up or down (a loss that rose by
-    more has not settled either); and that relative fall (nan, not converged, with fewer than
-    two windows' steps)."""
-    window = min(PLATEAU.plateau_window, len(losses) // 10)
-    if window < 1 or len(losses) < 2 * window:
+    ``PLATEAU.plateau_window`` steps is within ``PLATEAU.plateau_rtol`` (relative) of the
+    window before, up or down (a loss that rose by more has not settled either); and that
+    relative fall (nan, not converged, with fewer than two windows' steps)."""
+    window = PLATEAU.plateau_window
+    if len(losses) < 2 * window:
         return False, math.nan
     last = sum(losses[-window:]) / window
     before = sum(losses[-2 * window : -window]) / window
