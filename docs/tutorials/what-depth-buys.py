@@ -308,7 +308,7 @@ from attnreg.studies.ledger import admonition
 ledger_cfg = DepthConfig(
     eps=list(grid.eps), cap=grid.cap, train_layers=cfg.train_layers, noise_d=ncfg.noise_d
 )
-ledger_rows = [{"kind": "slope", **s} for s in fit_slopes(atlas)] + rows + curve + mixed
+ledger_rows = [{"kind": "atlas", **r} for r in atlas] + rows + curve + mixed
 claims = depth_claims(ledger_rows, ledger_cfg)
 display(HTML(admonition(claims, "Depth, trained layers and noise: the sources, measured")))
 vlad_claim = next(c for c in claims if c.source.short().startswith("Vladymyrov"))

@@ -1,7 +1,12 @@
 """The depth study's claims ledger: how depth grows with κ (Giannou et al. 2025, Fu et al.
 2024), what trained layers match (Fu et al. 2024), and the noise claims (Garg et al. 2022,
 Akyürek et al. 2022, Vladymyrov et al. 2024), each tested by the study's rows against the
-thresholds below (or the config's, where a check uses the same number)."""
+thresholds below (or the config's, where a check uses the same number).
+
+The growth claims compare two lines fitted to the same atlas cells (layers against log κ̂ and
+against κ̂). Fu et al.'s claims use their metric and their reading — the *trend* of the
+best-matching step with the layer — against the null of exact GD iterates measured in the same
+run, and are gated on their regime (:func:`fu_regime`)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import math
 from typing import Any
 
 from attnreg.studies.depth.config import DepthConfig
+from attnreg.studies.depth.iterates import line_r2
 from attnreg.studies.ledger import EMPIRICAL, IDENTITY, Claim, Quote, Regime, Threshold
 from attnreg.studies.sources import AKYUREK, FU, GARG, GIANNOU, VLADYMYROV
 
@@ -19,10 +25,22 @@ FU_WORDS = Quote(
     "iterations; thus, Transformers and Newton's method converge at roughly the same rate.",
     "Abstract (NeurIPS 2024 version)",
 )
+FU_GD_WORDS = Quote(
+    FU,
+    "In contrast, Gradient Descent converges exponentially more slowly.",
+    "Abstract (NeurIPS 2024 version)",
+)
 FU_REGIME = (
-    "a 12-layer GPT-2 trained 500k steps on in-context linear regression (d = 20); metric: "
-    "cosine similarity of the error vectors, best match over Newton steps and GD steps, "
-    "layers 1–2 excluded; the claim is the trend of the best-matching Newton step with depth"
+    "a 12-layer GPT-2 trained 500k steps on in-context linear regression (d = 20, N = 2d "
+    "examples, x ~ N(0, Σ) with κ(Σ) ∈ {1, 100} and a random rotation of Σ per task); metric: "
+    "cosine similarity of the error vectors over the prefixes, best match = argmax over Newton "
+    "steps 1–23 and GD steps on a log grid to about 1,000, layers 1–2 excluded; the claim is "
+    "the trend of the best-matching step with the layer"
+)
+FU_NEEDED = (
+    "linear-attention stacks of ≥ 8 layers trained to convergence (loss flat over the last two "
+    "plateau windows) and beating GD with as many steps as layers, d ≥ 10, N = 2d, a random "
+    "rotation of Σ per task (the --full profile)"
 )
 VLADYMYROV_REGIME = (
     "linear transformers of 3 to 7 layers, D = 10, N = 20, σ ~ U(0, σ_max) per task with "
@@ -31,12 +49,6 @@ VLADYMYROV_REGIME = (
 )
 OWN = "attnreg's tolerance {name} (no source number)"
 
-SLOPE_FACTOR = 1.0
-"""A fitted slope "grows like" the theory when ``|log₂(slope / theory slope)| ≤`` this: within
-a factor of two."""
-MATCH_DISTANCE = 0.1
-"""A trained layer "is" an iterate when its prediction lies within this distance of it,
-relative to the OLS prediction (Fu et al.'s protocol, :mod:`~attnreg.studies.depth.iterates`)."""
 MATCH_RATIO = 1.05
 """The trained stack "matches" ridge tuned per noise level when its error is at most this
 multiple of the ridge's."""
@@ -49,12 +61,43 @@ def _of(rows: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("kind") == kind]
 
 
+def fit_preference(claimed: list[float], other: list[float], ys: list[float]) -> float:
+    """``R²(ys ~ claimed) − R²(ys ~ other)``: how much more of the spread of ``ys`` a line in
+    the claimed abscissa explains than a line in the other (two two-parameter fits of the same
+    points; nan without three points or two distinct abscissae)."""
+    if len(ys) < 3:
+        return math.nan
+    _, mine = line_r2(claimed, ys)
+    _, theirs = line_r2(other, ys)
+    return mine - theirs
+
+
+DECADE = 10.0
+"""A case needs its cells' κ̂ to span a decade, the unit the claims' log κ is read in: over
+less, a line in κ̂ and a line in log κ̂ fit the same few points alike and the comparison
+decides nothing."""
+
+
+def gd_rate(kappa: float) -> float:
+    """GD's κ in the exact form its rate takes: ``1/ln((κ + 1)/(κ − 1))`` layers per unit of
+    ``ln(1/ε)`` (≈ κ/2 for large κ; 0 at κ = 1), the abscissa "grows like κ" is fitted on."""
+    return 0.0 if kappa <= 1 else 1.0 / math.log((kappa + 1) / (kappa - 1))
+
+
+SLOPE_ORIGIN = (
+    "0: lines in log κ̂ and in κ̂ explain the layers needed equally well; the claimed growth "
+    "must explain at least as much (R² of the same cells of the atlas's fixed-weight stacks)"
+)
+
+
 def slope_claims(rows: list[dict[str, Any]], eps: float, cap: int) -> list[Claim]:
-    """Newton's and GD's fitted slopes (rows ``kind="slope"`` at ``eps``) against the theory's,
-    one case per context size N."""
-    slopes = [s for s in _of(rows, "slope") if s["eps"] == eps]
+    """Newton's layers grow like log κ (Giannou et al.), GD's like κ: per context size N, the
+    atlas cells (rows ``kind="atlas"`` at ``eps``) that reached ε, the claimed growth's line
+    against the other's (:func:`fit_preference`; GD's κ in its rate's exact form,
+    :func:`gd_rate`), one case per N with at least three cells spanning a :data:`DECADE`."""
+    atlas = [r for r in _of(rows, "atlas") if r["eps"] == eps]
     out = []
-    for method, quote, unit in (
+    for method, quote, claimed in (
         (
             "newton",
             Quote(
@@ -64,7 +107,7 @@ def slope_claims(rows: list[dict[str, Any]], eps: float, cap: int) -> list[Claim
                 "the main construction and its convergence bound",
                 verbatim=False,
             ),
-            "layers per decade of κ̂",
+            "log κ̂",
         ),
         (
             "gd",
@@ -74,85 +117,148 @@ def slope_claims(rows: list[dict[str, Any]], eps: float, cap: int) -> list[Claim
                 "the convergence rates compared (GD's linear rate in κ)",
                 verbatim=False,
             ),
-            "layers per unit of κ̂",
+            "κ̂ (as GD's rate has it, 1/ln((κ̂ + 1)/(κ̂ − 1)))",
         ),
     ):
-        mine = [s for s in slopes if s["method"] == method]
+        mine = [r for r in atlas if r["method"] == method]
         if not mine:
             continue
-        values = {
-            f"N = {s['n_ctx']}": abs(math.log2(s["slope"] / s["theory_slope"]))
-            for s in mine
-            if s["slope"] is not None and s["slope"] > 0 and s["theory_slope"]
-        }
+        values = {}
+        for n in dict.fromkeys(r["n_ctx"] for r in mine):
+            done = [r for r in mine if r["n_ctx"] == n and r["layers_needed"] is not None]
+            kappa = [float(r["kappa_sample"]) for r in done]
+            if len(done) < 3 or max(kappa) < DECADE * min(kappa):
+                continue
+            logs = [math.log10(k) for k in kappa]
+            ys = [float(r["layers_needed"]) for r in done]
+            pref = (
+                fit_preference(logs, kappa, ys)
+                if method == "newton"
+                else fit_preference([gd_rate(k) for k in kappa], logs, ys)
+            )
+            if math.isfinite(pref):
+                values[f"N = {n}"] = pref
+        other = "κ̂" if method == "newton" else "log κ̂"
         out.append(
             Claim(
                 quote,
                 IDENTITY,
-                f"|log₂(fitted / theory slope)|, {unit}, ε = {eps:g}",
+                f"R² of the layers needed on {claimed} minus R² on {other}, over the cells "
+                f"that reached ε = {eps:g} (at least three, spanning a decade of κ̂)",
                 values,
-                Threshold(
-                    "<=",
-                    SLOPE_FACTOR,
-                    "a factor of two of the theory's slope (attnreg's; the theory gives the "
-                    "order, not the constant)",
-                ),
+                Threshold(">=", 0.0, SLOPE_ORIGIN),
                 untestable=""
                 if values
-                else f"every {method} cell reached the {cap}-layer cap: no slope to fit",
+                else f"no context size has three {method} cells spanning a decade of κ̂ below "
+                f"the {cap}-layer cap",
             )
         )
     return out
 
 
+def fu_regime(trends: list[dict[str, Any]]) -> Regime:
+    """The run's scale against Fu et al.'s (rows ``kind="fu_trend"``, one per cell): met when
+    every cell's stack has ≥ 8 layers, d ≥ 10, N = 2d, a rotation of Σ per task, converged and
+    beating GD with as many steps as layers."""
+    t = trends[0]
+    done = sum(r["converged"] for r in trends)
+    beats = sum(r["loss"] < r["gd_loss"] for r in trends)
+    kappas = ", ".join(f"{r['kappa']:g}" for r in trends)
+    run = (
+        f"{t['layers']}-layer linear-attention stacks, d = {t['d']}, "
+        f"N = {', '.join(str(n) for n in dict.fromkeys(r['n_ctx'] for r in trends))}, "
+        f"κ = {kappas}, {t['steps']} Adam steps, "
+        + ("a random rotation of Σ per task" if t["rotation"] else "one Σ for every task")
+        + f"; converged in {done} of {len(trends)} cells, below GD's loss after "
+        f"{t['layers']} steps in {beats}; metric: cosine of the error vectors over N queries "
+        "per task"
+    )
+    met = all(
+        r["layers"] >= 8
+        and r["d"] >= 10
+        and r["n_ctx"] == 2 * r["d"]
+        and r["rotation"]
+        and r["converged"]
+        and r["loss"] < r["gd_loss"]
+        for r in trends
+    )
+    return Regime(FU_REGIME, run, met, FU_NEEDED)
+
+
 def trained_claims(rows: list[dict[str, Any]], deepest: int, steps: int) -> list[Claim]:
-    """Fu et al.'s two claims about trained layers, on every layer of the ``deepest``-layer
-    stacks (rows ``kind="trained"``), one case per (κ, N)."""
-    trained = [r for r in _of(rows, "trained") if r["layers"] == deepest]
-    if not trained:
+    """Fu et al.'s two claims about trained layers, by their metric, on the deepest stack of
+    every (κ, N) cell (rows ``kind="fu_trend"``), one case per cell: the best-matching Newton
+    step grows linearly with the layer (against the null of exact GD iterates), and the
+    best-matching GD step grows faster than linearly."""
+    trends = [r for r in _of(rows, "fu_trend") if r["layers"] == deepest]
+    if not trends:
         return []
-    cells = dict.fromkeys((r["kappa"], r["n_ctx"]) for r in trained)
+    return fu_claims(trends)
 
-    def nearest(cell: tuple[float, int], method: str) -> dict[int, float]:
-        return {
-            r["layer"]: r["match_error"]
-            for r in trained
-            if (r["kappa"], r["n_ctx"]) == cell and r["method"] == method
-        }
 
-    def case(cell: tuple[float, int]) -> str:
-        return f"κ = {cell[0]:g}, N = {cell[1]}"
+def fu_claims(trends: list[dict[str, Any]]) -> list[Claim]:
+    """The two claims from rows ``kind="fu_trend"`` (:func:`fu_regime` gates them)."""
+    regime = fu_regime(trends)
+    few = [r for r in trends if len(r["middle_layers"]) < 3]
+    untestable = (
+        f"a {trends[0]['layers']}-layer stack has fewer than three layers to fit a trend over"
+        if few
+        else ""
+    )
 
-    newton = {case(c): nearest(c, "newton") for c in cells}
-    gd = {case(c): nearest(c, "gd") for c in cells}
-    regime = Regime(
-        FU_REGIME,
-        f"a {deepest}-layer linear-attention stack trained {steps} Adam steps; metric: "
-        "relative distance of the predictions",
-        False,
-        "8–12-layer linear-attention stacks trained to convergence, d = 10–20, N = 2d, "
-        "Fu's cosine metric and the best-match trend over the middle layers (--full profile)",
+    def case(r: dict[str, Any]) -> str:
+        return f"κ = {r['kappa']:g}, N = {r['n_ctx']}"
+
+    def level(name: str) -> str:
+        return (
+            f"a one-sided paired bootstrap test at the conventional 5 % level: the share of the "
+            f"{trends[0]['replicates']} replicates over the evaluation tasks (and the full "
+            f"sample) in which {name}"
+        )
+
+    layers = (
+        "layers 3–L (Fu et al. exclude 1–2)"
+        if trends[0]["middle_layers"][0] == 3
+        else "every layer (too shallow to exclude 1–2)"
     )
     return [
         Claim(
             FU_WORDS,
             EMPIRICAL,
-            "largest distance of a layer's prediction to its nearest Newton iterate, relative "
-            "to OLS's",
-            {c: max(layers.values()) for c, layers in newton.items()},
-            Threshold("<=", MATCH_DISTANCE, OWN.format(name="MATCH_DISTANCE")),
+            "share of bootstrap replicates in which the best-matching Newton step (Fu et al.'s "
+            "cosine of the error vectors) does not grow along a line that beats exact GD "
+            f"iterates' (slope ≤ 0, or R² not above GD's), over {layers}",
+            {case(r): r["trend_beaten"] for r in trends},
+            Threshold(
+                "<=",
+                0.05,
+                level(
+                    "the trend's slope is not positive or exact GD iterates (the null, measured "
+                    "in the same run: their best Newton step grows like log ℓ) fit a line at "
+                    "least as well"
+                ),
+            ),
             regime=regime,
+            untestable=untestable,
         ),
         Claim(
-            FU_WORDS,
+            FU_GD_WORDS,
             EMPIRICAL,
-            "fraction of layers nearer their best Newton iterate than their best GD iterate",
-            {
-                c: sum(newton[c][layer] < gd[c][layer] for layer in layers) / len(layers)
-                for c, layers in newton.items()
-            },
-            Threshold(">=", 1.0, "every layer"),
+            "share of bootstrap replicates in which the best-matching GD step does not grow "
+            f"faster than linearly with the layer (log-log slope ≤ 1), over {layers}",
+            {case(r): r["gd_beaten"] for r in trends},
+            Threshold(
+                "<=",
+                0.05,
+                level(
+                    "the best GD step's log-log slope against the layer is not above 1, exact "
+                    "GD iterates' own (linear growth, measured in the same run)"
+                ),
+            ),
             regime=regime,
+            reading="GD converging exponentially more slowly than the layers means the GD "
+            "step that best matches layer ℓ grows faster than linearly in ℓ",
+            untestable=untestable,
         ),
     ]
 
@@ -240,7 +346,7 @@ def middle_eps(cfg: DepthConfig) -> float:
 
 
 def depth_claims(rows: list[dict[str, Any]], cfg: DepthConfig) -> list[Claim]:
-    """Every claim the rows of ``cfg`` can test (kinds ``slope``, ``trained``, ``noise_curve``,
+    """Every claim the rows of ``cfg`` can test (kinds ``atlas``, ``fu_trend``, ``noise_curve``,
     ``mixed_noise``; a part without rows adds no claim)."""
     return (
         slope_claims(rows, middle_eps(cfg), cfg.cap)

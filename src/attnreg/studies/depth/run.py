@@ -5,7 +5,9 @@ trained deep layers compute, and noise with the Bayes-optimal estimator.
    Newton–Schulz needs to come within ε of OLS, against the theory, with fitted slopes (GD:
    layers ∝ κ̂; Newton: ∝ log κ̂).
 2. Trained stacks (:mod:`attnreg.studies.depth.trained`): every layer's prediction matched to
-   the iterates of GD, preconditioned GD and Newton–Schulz (Fu et al. 2024's protocol).
+   the iterates of GD, preconditioned GD and Newton–Schulz by distance, and the deepest stack's
+   layers by Fu et al. 2024's metric (cosine of the error vectors; the best-matching Newton and
+   GD step per layer, its trend against the null of exact GD iterates).
 3. Noise (:mod:`attnreg.studies.depth.noise`): error against the number of context points
    beside OLS / min-norm, the Bayes-optimal ridge and the closed forms; the mixed-noise setting
    of Vladymyrov et al. (2024).
@@ -67,7 +69,7 @@ def _run(cfg: DepthConfig, progress: Progress) -> StudyResult:
     trained = trained_rows(cfg, progress)
     curve = curve_rows(cfg, progress)
     mixed = mixed_rows(cfg, progress)
-    claims = depth_claims(slopes + trained + curve + mixed, cfg)
+    claims = depth_claims(atlas + slopes + trained + curve + mixed, cfg)
     summary: dict[str, Any] = {"answer": lead(claims, slopes, cfg)}
     checks: list[dict[str, Any]] = []
     for part, part_checks in (

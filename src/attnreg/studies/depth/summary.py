@@ -118,9 +118,9 @@ def _match(r: dict[str, Any]) -> str:
 def trained_summary(
     cfg: DepthConfig, rows: list[dict[str, Any]]
 ) -> tuple[dict[str, Answer], list[dict[str, Any]]]:
-    """Per (κ, N): each layer of the deepest stack's best-matching iterate of every method, and
-    the loss against depth beside each method's loss against its iterations; the depth
-    check."""
+    """Per (κ, N): each layer of the deepest stack's best-matching iterate of every method, the
+    loss against depth beside each method's loss against its iterations, and Fu et al.'s trend
+    (:func:`fu_table`); the depth check."""
     checks = []
     trained = [r for r in rows if r["kind"] == "trained"]
     deepest = max(cfg.train_layers)
@@ -171,7 +171,55 @@ def trained_summary(
             losses,
         ),
     }
+    trends = [r for r in rows if r["kind"] == "fu_trend"]
+    if trends:
+        out["trained layers: Fu et al.'s trend"] = fu_table(trends)
     return out, checks
+
+
+def fu_table(trends: list[dict[str, Any]]) -> Answer:
+    """Per (κ, N), the deepest stack by Fu et al.'s metric: the best Newton and GD step of every
+    layer, the Newton trend's slope and R² beside the null's (exact GD iterates), GD's log-log
+    slope, and the run's convergence and loss against GD's."""
+    t = trends[0]
+    return summary_table(
+        f"The {t['layers']}-layer stacks' layers matched by Fu et al.'s metric (cosine of the "
+        "error vectors over the queries; best match = argmax): Newton step and GD step per "
+        f"layer; the line over layers {t['middle_layers'][0]}–{t['middle_layers'][-1]} of the "
+        "Newton steps (slope ± bootstrap standard error, R²) against the null, exact GD "
+        "iterates 1…L matched the same way; the GD steps' log-log slope (1: linear).",
+        [
+            "κ",
+            "N",
+            "Newton step per layer",
+            "GD step per layer",
+            "slope",
+            "R²",
+            "null: Newton steps",
+            "null slope",
+            "null R²",
+            "GD log-log slope",
+            "converged",
+            "loss (GD, k = L)",
+        ],
+        [
+            [
+                fmt(r["kappa"]),
+                r["n_ctx"],
+                " ".join(str(v) for v in r["best_newton"]),
+                " ".join(str(v) for v in r["best_gd"]),
+                f"{fmt(r['newton_slope'])} ± {r['newton_slope_se']:.2g}",
+                fmt(r["newton_r2"]),
+                " ".join(str(v) for v in r["null_newton"]),
+                fmt(r["null_slope"]),
+                fmt(r["null_r2"]),
+                f"{fmt(r['gd_loglog'])} ± {r['gd_loglog_se']:.2g}",
+                f"{'yes' if r['converged'] else 'no'} ({r['loss_fall']:+.2%} last window)",
+                f"{fmt(r['loss'])} ({fmt(r['gd_loss'])})",
+            ]
+            for r in trends
+        ],
+    )
 
 
 def noise_summary(
