@@ -58,7 +58,7 @@ ICONS = {
     CONDITIONAL: "◐",
     PARTIAL: "◑",
     FAILS: "✘",
-    REDUCED: "⧗",
+    REDUCED: "◷",
     OPEN_QUESTION: "?",
     UNTESTABLE: "–",
 }
