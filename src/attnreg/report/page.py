@@ -135,9 +135,9 @@ def render(sections: list[StudySection], store_name: str, n_cells: int) -> str:
         lstrip_blocks=True,
     )
     env.filters["fmtnum"] = format_against
+    env.filters["verdict_class"] = verdict_class  # before the template is compiled
     template = env.get_template("index.html.j2")
     ledger = ledger_rows(sections)
-    env.filters["verdict_class"] = verdict_class
     return template.render(
         ledger=ledger,
         ledger_totals=totals_text(ledger),
