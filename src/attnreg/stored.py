@@ -13,7 +13,9 @@ package version (:func:`~attnreg.runs.cells.make_cell`), as everywhere else.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -30,12 +32,14 @@ _PRIVATE: list[Path] = []  # this process's store when the environment names non
 
 def store_path() -> Path:
     """The results store the pages share: ``$ATTNREG_RESULTS_STORE``, else one in a temporary
-    folder made for this process (removed by the system, never reused by another process)."""
+    folder made for this process (removed when it exits, never used by another process)."""
     given = os.environ.get(ENVIRONMENT, "").strip()
     if given:
         return Path(given)
     if not _PRIVATE:
-        _PRIVATE.append(Path(tempfile.mkdtemp(prefix="attnreg-results-")) / "results.db")
+        folder = tempfile.mkdtemp(prefix="attnreg-results-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _PRIVATE.append(Path(folder) / "results.db")
     return _PRIVATE[0]
 
 
