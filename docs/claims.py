@@ -12,41 +12,46 @@
 
 # %% [markdown]
 # # Claims of the sources, measured
-#
-# Every claim of the sources that attnreg tests — Tan & Zhao 2026 (OLS as a one-layer
-# transformer), Goulet Coulombe 2025 (OLS as attention, the "Everything is matter" blog),
-# von Oswald et al. 2023 (arXiv 2212.07677) with "Uncovering mesa-optimization algorithms in
-# transformers" (arXiv 2309.05858), Tang (regression as memory; correlation and `√d_k`), the
-# capacity laws of Amit et al., Krotov & Hopfield, Ramsauer et al. and Millidge et al., what
-# depth buys (Giannou et al. 2025, arXiv 2403.03183; Fu et al. 2024, arXiv 2310.17086; Garg
-# et al. 2022; Akyürek et al. 2022; Vladymyrov et al. 2024) and every sequence layer as a
-# regression (Wang, Shi & Fox 2025, arXiv 2501.12352) — with the number that tests it and a
-# verdict computed from that number against the stated threshold: *holds*, *holds with a
-# condition* (which), *does not hold*, or *not testable*. Where the measurement contradicts
-# the source, the row's first sentence says so.
-#
-# This page runs the quick profile (seed 0) of every study that lists claims — `verify`,
-# `compare`, `icl`, `capacity`, `depth` and `layers` — when the site is built; the report
-# (`attnreg report`) opens with the same ledger.
 
-# %%
+# %% tags=["remove-input"]
+# The ledger: every study that lists claims, its quick profile at seed 0, read from the build's
+# results store (run here, in parallel, if no page of this build has run it yet).
 from IPython.display import HTML, display
 
-from attnreg.studies.ledger import admonition
+from attnreg.report.ledger_html import ledger_page
+from attnreg.stored import claim_rows, run_missing, study_cell
 from attnreg.studies.registry import STUDIES
 
-ledger = {}
-for name, spec in STUDIES.items():
-    if spec.ledger:
-        result = spec.run(spec.profile("quick"))
-        for figure in result.figures:
-            figure.close()
-        ledger[name] = result.claims
+studies = [name for name, spec in STUDIES.items() if spec.ledger]
+run_missing(studies)
+rows = [{"study": name} | row for name in studies for row in claim_rows(study_cell(name))]
+display(HTML(ledger_page(rows)))
 
-for name, claims in ledger.items():
-    display(HTML(admonition(claims, f"attnreg {name}: {len(claims)} claims")))
-
-# %%
-from attnreg.studies.ledger import totals_text
-
-print(totals_text([c.row() for claims in ledger.values() for c in claims]))
+# %% [markdown]
+# Each row is one claim of a source, in its words (“…” verbatim, with where it stands; a
+# paraphrase is marked as one), its kind (a proved *identity*, an *empirical* result of the
+# source, a hedged *remark*, an *open question*), the number that tests it — what is measured,
+# then its value per case, ± a standard error where there are seeds — and the threshold with
+# where it comes from. The verdict is computed from the number against the threshold when this
+# page is built:
+#
+# * **✔ holds** — every case meets the threshold; **◐ conditional** — every case meets it,
+#   under the condition the row states;
+# * **◑ partial n of m** — n of the m cases meet it (the row names the others first);
+#   **✘ does not hold** — no case meets it;
+# * **◷ no verdict: reduced scale** — a claim about trained models, measured below the
+#   paper's regime (the row says what scale it would need);
+# * **? open question** — the source asks; the row gives the measured answer, no verdict;
+#   **– not testable** — nothing here measures it (the row says why).
+#
+# The sources: Tan & Zhao 2026 (OLS as a one-layer transformer), Tang 2023 (*Attention and
+# Linear Regression*), wojiao-yc 2025 (*Everything is matter*), von Oswald et al. 2023 (arXiv
+# 2212.07677) with *Uncovering mesa-optimization algorithms in transformers* (arXiv 2309.05858),
+# the capacity laws of Amit et al., Krotov & Hopfield, Ramsauer et al. and Millidge et al.,
+# what depth buys (Giannou et al. 2025, Fu et al. 2024, Garg et al. 2022, Akyürek et al. 2022,
+# Vladymyrov et al. 2024) and every sequence layer as a regression (Wang, Shi & Fox 2025).
+#
+# The numbers come from the quick profile (seed 0) of each study that lists claims — `verify`,
+# `compare`, `icl`, `capacity`, `depth` and `layers` — run once per site build and shared with
+# the tutorials; `attnreg report` opens with the same ledger and writes it to `ledger.json`.
+# The code of this page: `docs/claims.py` in the repository.

@@ -368,26 +368,154 @@ def test_built_pages_reference_no_remote_script_style_or_font(site: Path) -> Non
     assert pages == PAGES, f"built pages differ from the navigation: {sorted(pages ^ PAGES)}"
 
 
-def test_the_claims_page_shows_every_source_with_computed_verdicts(site: Path) -> None:
-    """The site's ledger page: a box per study with claims, every source named, and verdicts
-    among the four kinds (computed when the page is built)."""
+def _ledger_rows(fragment: str) -> list[tuple[str, str, str]]:
+    """``(class, icon, verdict text)`` of each coloured ledger row of an HTML fragment."""
+    found = re.findall(
+        r'<tr class="(verdict-[a-z-]+)"[^>]*>.*?<strong[^>]*>\s*(\S+) ([^<.]+)\.?</strong>',
+        fragment,
+        re.DOTALL,
+    )
+    return [(cls, html.unescape(icon), html.unescape(text).strip()) for cls, icon, text in found]
+
+
+def _verdict_of(text: str) -> str:
+    """The verdict a shown verdict text names (``partial 2 of 3`` → ``partial``)."""
+    from attnreg.studies.ledger import PARTIAL, VERDICTS
+
+    return PARTIAL if text.startswith(PARTIAL + " ") else text if text in VERDICTS else "?"
+
+
+def _after_h1(text: str) -> str:
+    """The page's article after its first heading."""
+    return text[text.index("</h1>") :]
+
+
+def test_the_claims_page_opens_with_its_totals_and_coloured_rows(site: Path) -> None:
+    """The site's ledger page opens with its totals (nothing but the title before them), then
+    one table: a row per claim of every study that lists claims, each with its verdict's class,
+    icon and colour (:func:`~attnreg.studies.ledger.verdict_class`), the totals those of the
+    rows; the code that computes it is not shown."""
+    from attnreg.studies.ledger import ICONS, totals_text, verdict_class
     from attnreg.studies.registry import STUDIES
 
     text = (site / "claims.html").read_text(encoding="utf-8")
-    assert text.count('class="admonition note"') >= sum(s.ledger for s in STUDIES.values())
-    for source in (
-        "Tan &amp; Zhao",
-        "Goulet Coulombe",
-        "von Oswald",
-        "Tang",
-        "Ramsauer",
-        "Giannou et al.",
-        "Fu et al.",
-        "Vladymyrov et al.",
-        "Wang, Shi &amp; Fox",
-    ):
-        assert source in text, source
-    assert "does not hold" in text and "holds with a condition" in text
+    article = _after_h1(text)
+    head = article[: article.index('class="ledger-totals"')]
+    assert "<p>" not in head and "<pre" not in head, "the ledger must open with its totals"
+    total = re.search(r'class="ledger-totals"><strong>(.*?)</strong>', article)
+    assert total, "no totals"
+    table = article[article.index('<table class="ledger">') : article.index("</table>")]
+    rows = _ledger_rows(table)
+    assert rows, "no ledger rows"
+    for cls, icon, shown in rows:
+        verdict = _verdict_of(shown)
+        assert cls == verdict_class(verdict), (cls, shown)
+        assert icon == ICONS[verdict], (icon, shown)
+    assert html.unescape(total.group(1)) == totals_text(
+        [{"verdict": _verdict_of(v)} for *_, v in rows]
+    )
+    studies = {name for name, spec in STUDIES.items() if spec.ledger}
+    shown_studies = set(re.findall(r'<span class="ledger-muted">([a-z]+)</span></td>', table))
+    assert shown_studies == studies, shown_studies ^ studies
+    for source in ("Tan &amp; Yuchen Zhao", "Tang", "wojiao-yc", "von Oswald", "Ramsauer"):
+        assert source in table, source
+    assert "highlight-ipynb" not in article, "the claims page's code cell must be folded away"
+
+
+def test_verdict_colours_of_the_site_are_the_ledgers() -> None:
+    """``docs/assets/extra.css`` gives each verdict's class the colour of
+    :data:`~attnreg.studies.ledger.VERDICT_CSS`."""
+    from attnreg.studies.ledger import VERDICT_CSS, verdict_class
+
+    css = (ROOT / "docs" / "assets" / "extra.css").read_text(encoding="utf-8")
+    for verdict, colour in VERDICT_CSS.items():
+        rule = f".md-typeset .{verdict_class(verdict)} {{ --verdict: {colour}; }}"
+        assert rule in css, rule
+
+
+# The computed colours of the ledger rows (left border of the first cell, the verdict's text).
+ROW_COLOURS = """
+return Array.from(document.querySelectorAll("tr[class^='verdict-']")).map(tr => [
+  tr.className,
+  getComputedStyle(tr.querySelector("td")).borderLeftColor,
+  getComputedStyle(tr.querySelector("strong")).color,
+]);
+"""
+TABLE_FITS = """
+return Array.from(document.querySelectorAll(".ledger-wrap, .admonition table")).map(
+  el => [el.scrollWidth, el.clientWidth]);
+"""
+
+
+def _rgb(colour: str) -> str:
+    r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({r}, {g}, {b})"
+
+
+@pytest.mark.parametrize("page", ["claims.html", *sorted(TUTORIALS)])
+def test_ledger_rows_in_their_colours_at_1366_px(server: str, browser, page: str) -> None:  # type: ignore[no-untyped-def]
+    """In Chromium at 1366 px: every ledger row (the claims page's table, a tutorial's box) is
+    drawn with its verdict's colour (left border and verdict text), and no ledger table is
+    wider than the page."""
+    from attnreg.studies.ledger import VERDICT_CSS, verdict_class
+
+    colours = {verdict_class(v): _rgb(c) for v, c in VERDICT_CSS.items()}
+    driver = browser
+    width, height = WINDOW
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+    )
+    try:
+        _open(driver, urljoin(server, page))
+        rows = driver.execute_script(ROW_COLOURS)
+        fits = driver.execute_script(TABLE_FITS)
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    if page == "tutorials/bring-your-own-attention.html":
+        assert not rows
+        return
+    assert rows, f"{page}: no ledger rows"
+    for cls, border, text in rows:
+        assert border == colours[cls] and text == colours[cls], (page, cls, border, text)
+    wide = [f for f in fits if f[0] > f[1] + 1]
+    assert not wide, f"{page}: a ledger table wider than its box {wide}"
+
+
+@pytest.mark.parametrize("page", ["index.html", *sorted(TUTORIALS)])
+def test_each_page_opens_with_its_conclusion_and_a_link_to_the_ledger(
+    site: Path, page: str
+) -> None:
+    """The home page and every tutorial open with a box ("In short": the conclusion, the totals
+    of the claims it tests where it reads them) linking to the claims ledger; nothing but the
+    title comes before it."""
+    text = _after_h1((site / page).read_text(encoding="utf-8"))
+    marker = "ledger-opening" if page in TUTORIALS else 'class="admonition abstract"'
+    assert marker in text, page
+    head = text[: text.index(marker)]
+    assert "<p>" not in head and "<pre" not in head, f"{page}: something before its conclusion"
+    box = text[text.index(marker) : text.index("</div>", text.index(marker))]
+    link = "../claims.html" if page in TUTORIALS else "claims.html"
+    assert f'href="{link}"' in box, page
+    if page == "index.html":
+        assert re.search(r"\d+ claims: \d+ ", html.unescape(box)), "no totals on the home page"
+
+
+VERDICT_ASSERT = re.compile(
+    r"^\s*assert\b[^\n]*(?:verdict|contradicted\(|\"holds\"|does not hold|not testable)",
+    re.MULTILINE,
+)
+
+
+def test_no_tutorial_asserts_a_verdicts_direction() -> None:
+    """A tutorial asserts its measurements' validity and prints the verdict computed from them;
+    no ``assert`` line is about a verdict."""
+    found = {}
+    for path in sorted((ROOT / "docs").rglob("*.py")):
+        hits = VERDICT_ASSERT.findall(path.read_text(encoding="utf-8"))
+        if hits:
+            found[str(path.relative_to(ROOT))] = hits
+    assert not found, found
 
 
 # every tutorial but the one about writing your own attention tests claims of a source
@@ -397,7 +525,14 @@ SOURCE_TUTORIALS = TUTORIALS - {"tutorials/bring-your-own-attention.html"}
 @pytest.mark.parametrize("page", sorted(SOURCE_TUTORIALS))
 def test_each_source_tutorial_shows_its_ledger_box(site: Path, page: str) -> None:
     """A tutorial about a source shows that source's ledger rows (a box of claims with their
-    computed verdicts)."""
+    computed verdicts, each row in its verdict's class and with its icon)."""
+    from attnreg.studies.ledger import ICONS, verdict_class
+
     text = (site / page).read_text(encoding="utf-8")
     assert 'class="admonition note"' in text, page
-    assert re.search(r"<strong>(holds|does not hold|not testable)", text), page
+    box = text[text.index('class="admonition note"') :]
+    rows = _ledger_rows(box[: box.index("</table>")])
+    assert rows, page
+    for cls, icon, shown in rows:
+        verdict = _verdict_of(shown)
+        assert cls == verdict_class(verdict) and icon == ICONS[verdict], (page, cls, shown)

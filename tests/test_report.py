@@ -214,14 +214,35 @@ def test_page_in_headless_chromium(full_report):
         driver.quit()
 
 
+def _expected_verdict(claim):
+    """A ledger row's verdict recomputed from its kind, regime, values and threshold."""
+    untestable = claim["why"].startswith("Not testable")
+    if claim["kind"] == "open question":
+        return "not testable" if untestable else "open question"
+    finite = [v for v in claim["values"].values() if math.isfinite(v)]
+    if untestable or not finite or claim["threshold"] is None:
+        return "not testable"
+    if claim["regime_met"] is False:
+        return "no verdict: reduced scale"
+    limit = claim["threshold"]
+    ok = [
+        math.isfinite(v) and (v <= limit if claim["op"] == "<=" else v >= limit)
+        for v in claim["values"].values()
+    ]
+    if all(ok):
+        return "conditional" if ", on condition: " in claim["why"] else "holds"
+    return "partial" if any(ok) else "does not hold"
+
+
 def test_the_first_section_is_the_claims_ledger_with_verdicts_from_the_numbers(full_report):
     """The page opens with the ledger; every stored claim's verdict is what its numbers give
-    against its threshold (recomputed here by a loop), and each appears in the ledger."""
+    against its threshold (recomputed here), and each appears in the ledger with its verdict,
+    its reason and its colour class."""
     import re
 
     from markupsafe import escape
 
-    from attnreg.studies.ledger import LEDGER_KEY
+    from attnreg.studies.ledger import LEDGER_KEY, verdict_class
 
     out, page = full_report
     text = page.read_text()
@@ -237,23 +258,69 @@ def test_the_first_section_is_the_claims_ledger_with_verdicts_from_the_numbers(f
             continue
         with_claims.add(cell.study)
         for claim in table["claims"]:
-            values = [v for v in claim["values"].values() if math.isfinite(v)]
-            ok = [
-                (v <= claim["threshold"]) if claim["op"] == "<=" else (v >= claim["threshold"])
-                for v in values
-            ]
-            expected = (
-                "not testable"
-                if not values
-                else "does not hold"
-                if not any(ok)
-                else "holds with a condition"
-                if not all(ok) or "condition:" in claim["verdict_text"]
-                else "holds"
-            )
-            assert claim["verdict"] == expected, claim
-            assert str(escape(claim["finding"])) in ledger, claim["finding"]
+            assert claim["verdict"] == _expected_verdict(claim), claim
+            assert str(escape(claim["why"])) in ledger, claim["why"]
+            assert str(escape(claim["verdict_text"])) in ledger, claim["verdict_text"]
+            assert f'class="{verdict_class(claim["verdict"])}"' in ledger
     assert with_claims == {name for name, spec in STUDIES.items() if spec.ledger}
+
+
+LEDGER_JSON_KEYS = {
+    "source",
+    "quote",
+    "where",
+    "kind",
+    "paper_regime",
+    "run_regime",
+    "measurement",
+    "values",
+    "threshold",
+    "threshold_origin",
+    "verdict",
+}
+
+
+def test_report_writes_ledger_json_matching_the_page(full_report):
+    """``ledger.json`` beside ``index.html``: one object per stored claim with the issue's keys,
+    its totals those of its rows, and the page's ledger opens with the same totals and shows
+    one coloured row per claim, as many of each verdict as the file counts."""
+    import json
+    import re
+
+    from markupsafe import escape
+
+    from attnreg.studies.ledger import LEDGER_KEY, VERDICTS, totals, totals_text, verdict_class
+
+    out, page = full_report
+    data = json.loads((out / "ledger.json").read_text(encoding="utf-8"))
+    claims = data["claims"]
+    with ResultsStore(out / "results.db") as store:
+        stored = [
+            (cell.study, claim)
+            for cell in store.cells()
+            for claim in (cell.summary.get(LEDGER_KEY) or {}).get("claims", [])
+        ]
+    assert claims and len(claims) == len(stored)
+    assert sorted((c["study"], c["quote"]) for c in claims) == sorted(
+        (s, c["quote"]) for s, c in stored
+    )
+    for claim in claims:
+        missing = LEDGER_JSON_KEYS - set(claim)
+        assert not missing, (missing, claim["quote"])
+        assert claim["verdict"] in VERDICTS
+        assert claim["kind"] in ("identity", "empirical", "remark", "open question")
+        assert isinstance(claim["values"], dict)
+        assert (claim["threshold"] is None) == (claim["threshold_origin"] is None)
+    assert data["totals"] == totals(claims)
+    assert sum(data["totals"].values()) == len(claims)
+    text = page.read_text()
+    ledger = text[text.index('<section id="claims">') : text.index("</section>")]
+    assert str(escape(totals_text(claims))) in ledger
+    assert ledger.index(str(escape(totals_text(claims)))) < ledger.index("<table")
+    shown = re.findall(r'<tr class="(verdict-[a-z-]+)"', ledger)
+    assert len(shown) == len(claims)
+    for verdict, n in data["totals"].items():
+        assert shown.count(verdict_class(verdict)) == n, verdict
 
 
 def test_no_summary_paragraph_exceeds_sixty_words(full_report):
@@ -270,3 +337,58 @@ def test_no_summary_paragraph_exceeds_sixty_words(full_report):
             summary = {k: v for k, v in cell.summary.items() if k != LEDGER_KEY}
             for text in paragraphs(summary):
                 assert len(text.split()) <= 60, (cell.study, text)
+
+
+def test_pages_of_a_build_share_one_store(tmp_path, monkeypatch):
+    """``attnreg.stored``: the first call runs a study's cell and stores it, every later one
+    (another page, another process) reads it; the store is the one the environment names."""
+    from attnreg import stored
+    from attnreg.runs.cells import make_cell
+
+    path = tmp_path / "build" / "results.db"
+    monkeypatch.setenv(stored.ENVIRONMENT, str(path))
+    monkeypatch.setattr(
+        stored, "_cell", lambda study, profile, seed: make_cell(study, TINY[study], seed, profile)
+    )
+    assert stored.store_path() == path
+    assert stored.run_missing(["layers"]) == ["layers"]
+    first = stored.study_cell("layers")
+    assert stored.run_missing(["layers"]) == []
+    again = stored.study_cell("layers")
+    assert (again.started, again.finished) == (first.started, first.finished)
+    with ResultsStore(path) as store:
+        assert store.count("done") == 1
+    rows = stored.claim_rows(first)
+    assert rows and all("verdict" in r and "why" in r for r in rows)
+    monkeypatch.delenv(stored.ENVIRONMENT)
+    assert stored.store_path() != path  # no store named: one private to this process
+
+
+def test_site_ledger_html_opens_with_totals_and_escapes():
+    """The site's ledger table (``attnreg.report.ledger_html``): the totals first, one row per
+    claim in its verdict's class with its icon, every text escaped; the opening box links to the
+    ledger."""
+    from attnreg.report.ledger_html import ledger_page, opening
+    from attnreg.studies.ledger import EMPIRICAL, Claim, Quote, Threshold, totals_text
+    from attnreg.studies.sources import TANG
+
+    evil = "<script>x</script>"
+    claims = [
+        Claim(Quote(TANG, evil, "§ 1"), EMPIRICAL, "error", {"a": 0.1}, Threshold("<=", 1.0, "o")),
+        Claim(
+            Quote(TANG, "b", "§ 2"),
+            EMPIRICAL,
+            "error",
+            {"a": 2.0, "b": 0.5},
+            Threshold("<=", 1.0, "o"),
+        ),
+    ]
+    rows = [{"study": "compare"} | c.row() for c in claims]
+    page = ledger_page(rows)
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert page.index(totals_text(rows)) < page.index("<table")
+    assert page.count('<tr class="verdict-holds">') == 1
+    assert page.count('<tr class="verdict-partial">') == 1
+    assert "✔ holds" in page and "◑ partial 1 of 2" in page
+    box = opening("A lead.", rows, "../claims.html")
+    assert 'href="../claims.html"' in box and totals_text(rows) in box

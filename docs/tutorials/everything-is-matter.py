@@ -12,7 +12,29 @@
 
 # %% [markdown]
 # # Everything is matter: attention against ridge regression
-#
+
+# %% tags=["remove-input"]
+# The page's conclusion: the blog's claims as the build's `compare` run measured them (the
+# sections below measure them again on this page, in its last box).
+from IPython.display import HTML, display
+
+from attnreg.report.ledger_html import opening
+from attnreg.stored import claim_rows, study_cell
+
+display(
+    HTML(
+        opening(
+            "The blog's pipeline is rebuilt from attnreg's public pieces: attention layers trained as "
+            "regressors and set against ridge on three data sets, then opened up — attention against "
+            "the hat matrix, W_q W_kᵀ against S⁻¹. The compare study measures the blog's claims (the "
+            "box at the end of the page shows the rows these sections measure).",
+            [r for r in claim_rows(study_cell("compare")) if r["source_short"].startswith("wojiao")],
+            "../claims.html",
+        )
+    )
+)
+
+# %% [markdown]
 # The blog post *Everything is matter* re-ran the comparison of Tang's *Attention and Linear
 # Regression* in PyTorch (Tang's own code was never published): train small attention
 # layers as regressors — the training rows are the keys and values, the rows to predict are
@@ -26,7 +48,8 @@
 # `attnreg.models.AttentionRegression` (the layer), `attnreg.training.train` (full-batch
 # Adam), `attnreg.Ridge` and `attnreg.OLS` (the baselines) and the loaders of
 # `attnreg.data.regression`. Everything below runs when the page is built; the `assert`
-# statements fail the build if a claim stops holding.
+# statements fail the build if a check of the computation fails (a verdict is computed and
+# shown, never asserted).
 
 # %%
 import time

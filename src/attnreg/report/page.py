@@ -136,7 +136,7 @@ def render(sections: list[StudySection], store_name: str, n_cells: int) -> str:
         lstrip_blocks=True,
     )
     env.filters["fmtnum"] = format_against
-    env.filters["verdict_class"] = verdict_class
+    env.filters["verdict_class"] = verdict_class  # before the template is compiled
     template = env.get_template("index.html.j2")
     ledger = ledger_rows(sections)
     return template.render(

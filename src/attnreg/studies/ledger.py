@@ -58,7 +58,7 @@ ICONS = {
     CONDITIONAL: "◐",
     PARTIAL: "◑",
     FAILS: "✘",
-    REDUCED: "⧗",
+    REDUCED: "◷",
     OPEN_QUESTION: "?",
     UNTESTABLE: "–",
 }
@@ -371,7 +371,7 @@ def admonition(
         f'<tr class="{verdict_class(r["verdict"])}">'
         f"<td>{escape(r['source_short'])}</td><td>{escape(_words(r))}</td>"
         f"<td>{escape(r['kind'])}</td>"
-        f"<td>{escape(r['number'])}"
+        f'<td><span class="ledger-muted">{escape(r["measurement"])}:</span> {escape(r["number"])}'
         + (f" ({escape(r['threshold_text'])})" if r["threshold_text"] else "")
         + "</td>"
         f'<td><strong style="color:{VERDICT_CSS[r["verdict"]]}">{escape(r["icon"])} '
