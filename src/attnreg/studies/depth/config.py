@@ -30,9 +30,14 @@ class DepthConfig:
       stream, von Oswald et al.'s architecture) and ``train_layernorm`` (default false: a
       pre-attention LayerNorm in every layer) switch the trained stacks' architecture.
     * Noise: ``w ~ N(0, tau² I)``, ``x ~ N(0, I)`` in ``noise_d`` dimensions, label noise
-      ``sigma``; a stack of ``noise_layers`` layers trained over the context sizes
-      ``noise_n_ctx`` and one trained at ``mixed_n_ctx`` with ``σ ~ U(0, sigma_max)`` per task
-      (Vladymyrov et al. 2024), ``noise_steps`` steps each; curves from ``curve_tasks`` tasks.
+      ``sigma``; stacks of every depth in ``bayes_layers`` and width (heads) in ``bayes_heads``
+      (and the curve's ``noise_layers``-layer stack) trained over the context sizes
+      ``noise_n_ctx`` (Akyürek et al. 2022); a ``noiseless_layers``-layer stack trained on
+      noiseless tasks in ``noiseless_d`` dimensions over ``noiseless_n_ctx`` (Garg et al.
+      2022); stacks of every depth in ``mixed_layers``, ``mixed_seeds`` seeds each, trained at
+      ``mixed_n_ctx`` (more than ``noise_d``: σ̂² is estimated from the context) with
+      ``σ ~ U(0, σ_max)`` per task for each σ_max in ``sigma_maxes`` (Vladymyrov et al. 2024);
+      ``noise_steps`` steps each; curves from ``curve_tasks`` tasks.
     * Checks: the median over (N, ε) of Newton's measured / theory slope within
       ``[min_newton_slope_ratio, max_newton_slope_ratio]``; the deepest trained stack's loss at
       most ``max_depth_loss_ratio`` × the one-layer stack's; the measured noiseless min-norm
@@ -63,12 +68,19 @@ class DepthConfig:
     noise_d: int = 5
     noise_n_ctx: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 8, 10, 15, 20])
     noise_layers: int = 3
+    bayes_layers: list[int] = field(default_factory=lambda: [1, 3])
+    bayes_heads: list[int] = field(default_factory=lambda: [1])
+    noiseless_d: int = 5
+    noiseless_n_ctx: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 8, 10])
+    noiseless_layers: int = 3
     sigma: float = 0.5
     tau: float = 1.0
-    sigma_max: float = 1.0
+    sigma_maxes: list[float] = field(default_factory=lambda: [1.0])
+    mixed_layers: list[int] = field(default_factory=lambda: [3])
+    mixed_seeds: int = 1
     mixed_n_ctx: int = 10
-    noise_steps: int = 1500
-    curve_tasks: int = 4000
+    noise_steps: int = 600
+    curve_tasks: int = 2500
     min_newton_slope_ratio: float = 0.5
     max_newton_slope_ratio: float = 2.0
     max_depth_loss_ratio: float = 1.0
@@ -90,12 +102,24 @@ class DepthConfig:
             "max_iterates",
             "noise_d",
             "noise_layers",
+            "noiseless_d",
+            "noiseless_layers",
+            "mixed_seeds",
             "mixed_n_ctx",
             "noise_steps",
             "curve_tasks",
         ):
             check_positive_int(name, getattr(self, name))
-        for name in ("atlas_n_ctx", "train_layers", "train_n_ctx", "noise_n_ctx"):
+        for name in (
+            "atlas_n_ctx",
+            "train_layers",
+            "train_n_ctx",
+            "noise_n_ctx",
+            "bayes_layers",
+            "bayes_heads",
+            "noiseless_n_ctx",
+            "mixed_layers",
+        ):
             values = getattr(self, name)
             if not values:
                 raise ValueError(f"{name}: must list at least one value")
@@ -116,7 +140,6 @@ class DepthConfig:
         for name in (
             "lr",
             "tau",
-            "sigma_max",
             "min_newton_slope_ratio",
             "max_newton_slope_ratio",
             "max_depth_loss_ratio",
@@ -125,6 +148,15 @@ class DepthConfig:
             check_positive(name, getattr(self, name))
         for name in ("atlas_noise", "init_scale", "sigma"):
             check_nonnegative(name, getattr(self, name))
+        if not self.sigma_maxes:
+            raise ValueError("sigma_maxes: must list at least one value")
+        for s in self.sigma_maxes:
+            check_positive("sigma_maxes", s)
+        if self.mixed_n_ctx <= self.noise_d:
+            raise ValueError(
+                f"mixed_n_ctx: must exceed noise_d ({self.noise_d}) to estimate σ̂² from the "
+                f"context, got {self.mixed_n_ctx}"
+            )
 
 
 def quick_config(**changes: Any) -> DepthConfig:
@@ -135,7 +167,9 @@ def quick_config(**changes: Any) -> DepthConfig:
 def full_config(**changes: Any) -> DepthConfig:
     """The full profile (the published scale): the atlas to 5000 layers over four context
     sizes, stacks of 1…6 layers at κ ∈ {1, 10, 100} and N ∈ {10, 20, 40}, longer training,
-    ``d = 10`` for the noise curves."""
+    ``d = 10`` for the noise curves; the noise claims' regimes: Garg et al.'s (a 12-layer stack
+    on noiseless tasks, ``d = 20``, k to 2d), Akyürek et al.'s grid of depths and widths, and
+    Vladymyrov et al.'s (3 to 7 layers, ``D = 10``, ``N = 20``, σ_max ∈ {1, 3, 5}, 3 seeds)."""
     base: dict[str, Any] = {
         "atlas_n_ctx": [4, 8, 16, 64],
         "cap": 5000,
@@ -150,6 +184,14 @@ def full_config(**changes: Any) -> DepthConfig:
         "noise_d": 10,
         "noise_n_ctx": [1, 2, 4, 6, 8, 10, 12, 15, 20, 30, 40],
         "noise_layers": 5,
+        "bayes_layers": [1, 2, 3, 5, 8],
+        "bayes_heads": [1, 2, 4],
+        "noiseless_d": 20,
+        "noiseless_n_ctx": [1, 5, 10, 15, 18, 20, 22, 25, 30, 40],
+        "noiseless_layers": 12,
+        "sigma_maxes": [1.0, 3.0, 5.0],
+        "mixed_layers": [3, 4, 5, 6, 7],
+        "mixed_seeds": 3,
         "mixed_n_ctx": 20,
         "noise_steps": 4000,
         "curve_tasks": 20000,
