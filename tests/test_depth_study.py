@@ -16,6 +16,7 @@ from tiny_depth import TINY_DEPTH
 
 from attnreg.constructions import LSAStack
 from attnreg.data.tasks import Tasks, TaskSampler
+from attnreg.studies.common import paragraphs
 from attnreg.studies.depth import SPEC, DepthConfig
 from attnreg.studies.depth.iterates import best_matches, gd_iterates, method_iterates
 from attnreg.studies.depth.noise import bayes_ridge_curve, min_norm_error
@@ -158,6 +159,9 @@ def test_noise_summary_and_claims_are_the_rows(tiny):
     for claim in (vlad, garg, aky):
         assert claim.verdict() == "no verdict: reduced scale"
         assert claim.quote.verbatim and "paired standard errors" in claim.threshold.origin
+    noise = {k: v for k, v in tiny.summary.items() if k.startswith("noise")}
+    for text in paragraphs(noise):
+        assert len(text.split()) <= 60, text
 
 
 def test_trained_stacks_switch_residual_and_layernorm():

@@ -82,8 +82,8 @@ def noise_figure(
     """Left: error against context size with noise (measured markers, closed forms / Monte
     Carlo dashed), ``k = d`` dotted. Middle, on its own axis: the noiseless curves (the stack
     trained on noiseless tasks, min-norm least squares, averaging, ``τ²(d − k)/d``) — least
-    squares is exactly 0 (rounding, ~1e-30) from ``k = d`` on, so the axis is clipped at
-    :data:`NOISELESS_FLOOR` of the largest error and points below are drawn on the floor (▽).
+    squares is exactly 0 (rounding, ~1e-30) from ``k = d`` on, so the axis is clipped
+    (:data:`NOISELESS_FLOOR`).
     Right: adjusted loss (− the oracle's) per σ bin of the deepest mixed-noise stack and the
     ridge baselines, at the first σ_max."""
     fig, (ax, cx, bx) = new_figure(1, 3, figsize=(15, 4), layout="tight")
@@ -117,36 +117,43 @@ def noise_figure(
 
 
 NOISELESS_FLOOR = 1e-4
-"""The noiseless panel's lowest value, relative to its largest error (least squares' exact
-zeros from ``k = d`` on are drawn on it)."""
+"""The noiseless panel's range: from this fraction of the signal's scale (the largest
+``τ²(d − k)/d`` or least-squares error) up to ten times the averaging estimator's largest
+error; least squares' exact zeros from ``k = d`` on are drawn on the floor (▽), a trained
+stack's heavy-tailed errors above the ceiling on the ceiling (△)."""
 
 
 def _noiseless_panel(ax: Any, rows: list[dict[str, Any]]) -> None:
     if not rows:
         ax.set_axis_off()
         return
-    top = max(max(r["error"], r["averaging_error"], r["theory"]) for r in rows)
-    floor = NOISELESS_FLOOR * top
+    scale = max(max(r["theory"], r["ols_error"]) for r in rows)
+    floor = NOISELESS_FLOOR * scale
+    ceiling = 10 * max(r["averaging_error"] for r in rows)
     for key, label, color in (
         ("error", f"trained {rows[0]['layers']}-layer stack", "C0"),
         ("ols_error", "min-norm least squares", "C1"),
         ("averaging_error", "averaging", "C4"),
     ):
         ks = [r["n_ctx"] for r in rows]
-        vals = [max(r[key], floor) for r in rows]
+        vals = [min(max(r[key], floor), ceiling) for r in rows]
         ax.plot(ks, vals, "o-", color=color, ms=4, label=label)
-        low = [(k, floor) for k, r in zip(ks, rows, strict=True) if r[key] < floor]
-        if low:
-            ax.plot(*zip(*low, strict=True), "v", color=color, ms=7)
+        for bound, marker, out in ((floor, "v", -1), (ceiling, "^", 1)):
+            off = [(k, bound) for k, r in zip(ks, rows, strict=True) if out * (r[key] - bound) > 0]
+            if off:
+                ax.plot(*zip(*off, strict=True), marker, color=color, ms=8)
     th = [(r["n_ctx"], r["theory"]) for r in rows if r["theory"] > 0]
     if th:
         ax.plot(*zip(*th, strict=True), "--", color="k", lw=1, label="τ²(d − k)/d")
     d = rows[0]["d"]
     ax.axvline(d, color="grey", lw=0.8, ls=":")
     ax.set_yscale("log")
-    ax.set_ylim(floor / 2, top * 2)
+    ax.set_ylim(floor / 2, ceiling * 2)
     ax.set_xlabel("context points k")
-    ax.set_title(f"noiseless, d = {d} (▽: below {floor:.1g}, exact 0 for k ≥ d)", fontsize=9)
+    ax.set_title(
+        f"noiseless, d = {d} (▽ below {floor:.1g}: least squares is 0 for k ≥ d; △ clipped)",
+        fontsize=9,
+    )
     ax.legend(fontsize=7)
 
 

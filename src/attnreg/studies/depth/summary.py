@@ -260,8 +260,9 @@ def lead(claims: list[Claim], slopes: list[dict[str, Any]], cfg: DepthConfig) ->
 
 
 def _lead(claims: list[Claim], source: Source) -> str:
+    """The claim's verdict in a few words (its reason and regimes are in the ledger)."""
     claim = _claim(claims, source)
-    return f"{claim.verdict_text()}: {claim.why()}" if claim else "Not measured."
+    return f"{source.short()}: {claim.verdict_text()} (ledger)." if claim else "Not measured."
 
 
 def _pm(value: float, se: float) -> str:
