@@ -310,3 +310,20 @@ def test_noise_claims_quote_the_sources_with_a_sourced_threshold():
     for c in claims:
         assert c.quote.verbatim and c.threshold is not None
         assert "paired standard errors" in c.threshold.origin
+
+
+def test_an_overflowing_stack_gives_infinite_errors_not_a_crash():
+    from attnreg.models import TrainableLSA
+    from attnreg.studies.depth.noise import _quiet_predict, _safe_predict
+
+    tasks = TaskSampler(d=3, n_ctx=1, inputs="gaussian").sample(
+        50, torch.Generator().manual_seed(0), torch.float64
+    )
+    wild = TrainableLSA(3, 1, 8, init_scale=3.0, seed=0)  # cubic per layer: overflows
+    with pytest.raises(ValueError, match="overflow"):
+        _quiet_predict(wild, tasks)
+    out = _safe_predict(wild, tasks)
+    assert out.shape == tasks.y_query.shape and bool(torch.isinf(out).any())
+    tame = TrainableLSA(3, 1, 2, init_scale=0.05, seed=0)
+    assert torch.equal(_safe_predict(tame, tasks), _quiet_predict(tame, tasks))
+    assert full_config().noise_layernorm and not quick_config().noise_layernorm

@@ -37,7 +37,9 @@ class DepthConfig:
       2022); stacks of every depth in ``mixed_layers``, ``mixed_seeds`` seeds each, trained at
       ``mixed_n_ctx`` (more than ``noise_d``: σ̂² is estimated from the context) with
       ``σ ~ U(0, σ_max)`` per task for each σ_max in ``sigma_maxes`` (Vladymyrov et al. 2024);
-      ``noise_steps`` steps each; curves from ``curve_tasks`` tasks.
+      ``noise_steps`` steps each; curves from ``curve_tasks`` tasks. ``noise_layernorm``: a
+      pre-attention LayerNorm in every layer of these stacks (the full profile's deep stacks:
+      without it a linear-attention stack is cubic per layer in its tokens and overflows).
     * Checks: the median over (N, ε) of Newton's measured / theory slope within
       ``[min_newton_slope_ratio, max_newton_slope_ratio]``; the deepest trained stack's loss at
       most ``max_depth_loss_ratio`` × the one-layer stack's; the measured noiseless min-norm
@@ -73,6 +75,7 @@ class DepthConfig:
     noiseless_d: int = 5
     noiseless_n_ctx: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 8, 10])
     noiseless_layers: int = 3
+    noise_layernorm: bool = False
     sigma: float = 0.5
     tau: float = 1.0
     sigma_maxes: list[float] = field(default_factory=lambda: [1.0])
@@ -189,6 +192,7 @@ def full_config(**changes: Any) -> DepthConfig:
         "noiseless_d": 20,
         "noiseless_n_ctx": [1, 5, 10, 15, 18, 20, 22, 25, 30, 40],
         "noiseless_layers": 12,
+        "noise_layernorm": True,
         "sigma_maxes": [1.0, 3.0, 5.0],
         "mixed_layers": [3, 4, 5, 6, 7],
         "mixed_seeds": 3,

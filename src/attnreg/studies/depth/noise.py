@@ -26,6 +26,7 @@ Whether a trained run converged is measured on its loss (:func:`converged`).
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from typing import Any
@@ -82,6 +83,21 @@ def _quiet_predict(predictor: Any, tasks: Tasks) -> torch.Tensor:
             return predictor.predict(tasks.x_ctx, tasks.y_ctx, tasks.x_query)
 
 
+def _safe_predict(model: Any, tasks: Tasks) -> torch.Tensor:
+    """A trained stack's predictions, ``inf`` where they overflow (a deep linear-attention
+    stack is cubic per layer in its tokens: a few heavy-tailed contexts can overflow float64);
+    the overflow then shows as an infinite error, never a crash."""
+    try:
+        return _quiet_predict(model, tasks)
+    except ValueError:
+        with torch.no_grad():
+            wide = copy.deepcopy(model).double()
+            out = wide.forward_predict(
+                *(t.to(torch.float64) for t in (tasks.x_ctx, tasks.y_ctx, tasks.x_query))
+            )
+        return torch.where(torch.isfinite(out), out, torch.full_like(out, math.inf))
+
+
 def mixed_tasks(
     sampler: TaskSampler, batch: int, gen: torch.Generator, sigma_max: float, dtype: torch.dtype
 ) -> tuple[Tasks, torch.Tensor]:
@@ -107,7 +123,9 @@ def _train(
 ) -> tuple[TrainableLSA, dict[str, Any]]:
     """A ``layers``-layer, ``heads``-head linear-attention stack trained ``cfg.noise_steps``
     Adam steps on the tasks ``draw(step)``; returns it and :func:`converged` of its losses."""
-    model = TrainableLSA(d, 1, layers, heads, init_scale=cfg.init_scale, seed=seed)
+    model = TrainableLSA(
+        d, 1, layers, heads, init_scale=cfg.init_scale, seed=seed, layernorm=cfg.noise_layernorm
+    )
 
     def loss_fn(step: int) -> torch.Tensor:
         t = draw(step)
@@ -295,7 +313,7 @@ def curve_rows(cfg: DepthConfig, progress: Progress) -> list[dict[str, Any]]:
         clean = base.shifted(n_ctx=k, noise_std=0.0).sample(cfg.curve_tasks, g, torch.float64)
         fit = base.shifted(n_ctx=k).sample(cfg.curve_tasks, g, torch.float64)
         bayes, bayes_se = bayes_ridge_curve(d, k, sig, tau, cfg.curve_tasks, cfg.seed + i)
-        preds = {shape: _quiet_predict(m, tasks) for shape, (m, _) in models.items()}
+        preds = {shape: _safe_predict(m, tasks) for shape, (m, _) in models.items()}
         refs = {
             "ols": _quiet_predict(OLS(), tasks),
             "gd": _quiet_predict(_tuned_gd(fit, d), tasks),
@@ -370,7 +388,7 @@ def noiseless_rows(cfg: DepthConfig, progress: Progress) -> list[dict[str, Any]]
     for i, k in enumerate(sizes):
         g = generator(5 * 10**6 + cfg.seed * 100 + i)
         tasks = base.shifted(n_ctx=k).sample(cfg.curve_tasks, g, torch.float64)
-        trained = per_task(_quiet_predict(model, tasks), tasks, d)
+        trained = per_task(_safe_predict(model, tasks), tasks, d)
         ols = per_task(_quiet_predict(OLS(), tasks), tasks, d)
         avg = per_task(_quiet_predict(GD(1.0, 1), tasks), tasks, d)
         diff = trained - ols
@@ -431,7 +449,7 @@ def mixed_rows(cfg: DepthConfig, progress: Progress, bins: int = 4) -> list[dict
                 seed = cfg.seed * 1000 + 950 + 7 * s + 3 * b + 31 * a
                 name = f"mixed-noise stack, σ_max = {smax:g}, {layers} layers, seed {s}"
                 model, conv = _train(draw, d, cfg, seed, progress, name, layers)
-                runs.append(per_task(_quiet_predict(model, tasks), tasks, d))
+                runs.append(per_task(_safe_predict(model, tasks), tasks, d))
                 convs.append(conv)
             trained = torch.stack(runs).mean(0)
             errs = {"trained": trained} | refs
