@@ -157,6 +157,8 @@ def test_paired_is_the_numpy_paired_difference_and_delta_ratio():
     lin = (a - r * b) / b.mean()
     assert got["ratio_se"] == pytest.approx(lin.std(ddof=1) / math.sqrt(500), rel=1e-12)
     assert got["z"] == pytest.approx(got["diff"] / got["diff_se"], rel=1e-12)
+    same = paired(torch.tensor(b), torch.tensor(b))
+    assert (same["diff"], same["z"], same["ratio"]) == (0.0, 0.0, 1.0)
 
 
 def test_converged_sees_a_plateau_and_a_falling_loss():

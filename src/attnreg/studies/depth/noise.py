@@ -183,8 +183,15 @@ def paired(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
         "diff_se": se,
         "ratio": ratio,
         "ratio_se": float(lin.std() / math.sqrt(n)),
-        "z": float(diff.mean()) / se if se > 0 else math.copysign(math.inf, float(diff.mean())),
+        "z": _z(float(diff.mean()), se),
     }
+
+
+def _z(diff: float, se: float) -> float:
+    """``diff / se``; with ``se = 0`` the sign of ``diff`` as ±∞ (0 when they agree exactly)."""
+    if se > 0:
+        return diff / se
+    return 0.0 if diff == 0 else math.copysign(math.inf, diff)
 
 
 def per_task(prediction: torch.Tensor, tasks: Tasks, d: int) -> torch.Tensor:
@@ -400,7 +407,7 @@ def noiseless_rows(cfg: DepthConfig, progress: Progress) -> list[dict[str, Any]]
             | {"ols_error": float(ols.mean()), "ols_stderr": float(ols.std() / len(diff) ** 0.5)}
             | {"averaging_error": float(avg.mean())}
             | {"diff": float(diff.mean()), "diff_se": se}
-            | {"z": float(diff.mean()) / se if se > 0 else math.inf}
+            | {"z": _z(float(diff.mean()), se)}
             | conv
         )
     return rows
@@ -482,7 +489,7 @@ def mixed_rows(cfg: DepthConfig, progress: Progress, bins: int = 4) -> list[dict
                 | {"seeds": cfg.mixed_seeds, "steps": cfg.noise_steps}
                 | {f"adjusted_{k}": float((e - oracle).mean()) for k, e in errs.items()}
                 | {"diff": float(diff.mean()), "diff_se": se}
-                | {"z": float(diff.mean()) / se if se > 0 else math.inf}
+                | {"z": _z(float(diff.mean()), se)}
                 | {"converged": all(c["converged"] for c in convs)}
                 | {"beats_const": float(trained.mean()) < float(refs["const_rr"].mean())}
             )
