@@ -195,7 +195,9 @@ def test_profiles_put_k_equal_d_on_the_noise_grids():
 
 @pytest.fixture(scope="module")
 def tiny_cfg():
-    return DepthConfig(**{**TINY_DEPTH, "bayes_layers": [1, 2], "curve_tasks": 200})
+    return DepthConfig(
+        **{**TINY_DEPTH, "bayes_layers": [1, 2], "bayes_heads": [1, 2], "curve_tasks": 200}
+    )
 
 
 def test_noiseless_rows_pair_the_stack_with_least_squares(tiny_cfg):
@@ -214,7 +216,8 @@ def test_noiseless_rows_pair_the_stack_with_least_squares(tiny_cfg):
 
 def test_bayes_rows_are_the_ratio_to_the_bayes_ridge_per_depth(tiny_cfg):
     rows = [r for r in curve_rows(tiny_cfg, Progress.quiet()) if r["kind"] == "bayes"]
-    assert sorted((r["layers"], r["heads"]) for r in rows) == [(1, 1), (2, 1)]
+    shapes = sorted((n, h) for n in tiny_cfg.bayes_layers for h in tiny_cfg.bayes_heads)
+    assert sorted((r["layers"], r["heads"]) for r in rows) == shapes
     for r in rows:
         assert r["ratio"] == pytest.approx(r["error"] / r["bayes_error"], rel=1e-9)
         assert r["z"] == pytest.approx(r["diff"] / r["diff_se"])

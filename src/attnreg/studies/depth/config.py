@@ -71,7 +71,7 @@ class DepthConfig:
     noise_n_ctx: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 8, 10, 15, 20])
     noise_layers: int = 3
     bayes_layers: list[int] = field(default_factory=lambda: [1, 3])
-    bayes_heads: list[int] = field(default_factory=lambda: [1])
+    bayes_heads: list[int] = field(default_factory=lambda: [1, 2])
     noiseless_d: int = 5
     noiseless_n_ctx: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 8, 10])
     noiseless_layers: int = 3
@@ -83,7 +83,7 @@ class DepthConfig:
     mixed_seeds: int = 1
     mixed_n_ctx: int = 10
     noise_steps: int = 600
-    curve_tasks: int = 2500
+    curve_tasks: int = 2000
     min_newton_slope_ratio: float = 0.5
     max_newton_slope_ratio: float = 2.0
     max_depth_loss_ratio: float = 1.0
