@@ -223,6 +223,7 @@ ncfg = DepthConfig(
     curve_tasks=3000,
     sigma=0.5,
     bayes_layers=[3],
+    bayes_heads=[1],
 )
 curve = curve_rows(ncfg, Progress.quiet())
 by = {(r["estimator"], r["n_ctx"]): r for r in curve if r["kind"] == "noise_curve"}
