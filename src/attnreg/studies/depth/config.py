@@ -38,8 +38,10 @@ class DepthConfig:
       ``mixed_n_ctx`` (more than ``noise_d``: σ̂² is estimated from the context) with
       ``σ ~ U(0, σ_max)`` per task for each σ_max in ``sigma_maxes`` (Vladymyrov et al. 2024);
       ``noise_steps`` steps each; curves from ``curve_tasks`` tasks. ``noise_layernorm``: a
-      pre-attention LayerNorm in every layer of these stacks (the full profile's deep stacks:
-      without it a linear-attention stack is cubic per layer in its tokens and overflows).
+      pre-attention LayerNorm in every layer of the curve's and the noiseless stacks (the full
+      profile's 8- and 12-layer stacks: without it a linear-attention stack is cubic per layer
+      in its tokens and overflows at small k); never in the mixed-noise stacks (Vladymyrov et
+      al.'s have none).
     * Checks: the median over (N, ε) of Newton's measured / theory slope within
       ``[min_newton_slope_ratio, max_newton_slope_ratio]``; the deepest trained stack's loss at
       most ``max_depth_loss_ratio`` × the one-layer stack's; the measured noiseless min-norm

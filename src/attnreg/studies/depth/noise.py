@@ -120,12 +120,13 @@ def _train(
     name: str,
     layers: int,
     heads: int = 1,
+    layernorm: bool | None = None,
 ) -> tuple[TrainableLSA, dict[str, Any]]:
     """A ``layers``-layer, ``heads``-head linear-attention stack trained ``cfg.noise_steps``
-    Adam steps on the tasks ``draw(step)``; returns it and :func:`converged` of its losses."""
-    model = TrainableLSA(
-        d, 1, layers, heads, init_scale=cfg.init_scale, seed=seed, layernorm=cfg.noise_layernorm
-    )
+    Adam steps on the tasks ``draw(step)`` (a LayerNorm per layer if ``layernorm``, default
+    ``cfg.noise_layernorm``); returns it and :func:`converged` of its losses."""
+    norm = cfg.noise_layernorm if layernorm is None else layernorm
+    model = TrainableLSA(d, 1, layers, heads, init_scale=cfg.init_scale, seed=seed, layernorm=norm)
 
     def loss_fn(step: int) -> torch.Tensor:
         t = draw(step)
@@ -455,7 +456,8 @@ def mixed_rows(cfg: DepthConfig, progress: Progress, bins: int = 4) -> list[dict
 
                 seed = cfg.seed * 1000 + 950 + 7 * s + 3 * b + 31 * a
                 name = f"mixed-noise stack, σ_max = {smax:g}, {layers} layers, seed {s}"
-                model, conv = _train(draw, d, cfg, seed, progress, name, layers)
+                # Vladymyrov et al.'s linear transformers have no LayerNorm
+                model, conv = _train(draw, d, cfg, seed, progress, name, layers, layernorm=False)
                 runs.append(per_task(_safe_predict(model, tasks), tasks, d))
                 convs.append(conv)
             trained = torch.stack(runs).mean(0)
