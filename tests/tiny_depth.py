@@ -1,5 +1,6 @@
 """The depth study at test size (seconds, not minutes), shared by the study's and the report's
-tests: a 3-dimensional atlas to 60 layers, two trained stacks of 40 steps, three noise sizes."""
+tests: a 3-dimensional atlas to 60 layers, two trained stacks of 40 steps, three noise sizes
+(k = d among them)."""
 
 TINY_DEPTH = {
     "atlas_d": 3,
@@ -17,8 +18,13 @@ TINY_DEPTH = {
     "eval_tasks": 100,
     "max_iterates": 5,
     "noise_d": 3,
-    "noise_n_ctx": [1, 2, 6],
+    "noise_n_ctx": [1, 3, 6],
     "noise_layers": 1,
+    "bayes_layers": [1],
+    "noiseless_d": 3,
+    "noiseless_n_ctx": [1, 3, 6],
+    "noiseless_layers": 1,
+    "mixed_layers": [1],
     "noise_steps": 40,
     "curve_tasks": 300,
     "mixed_n_ctx": 6,

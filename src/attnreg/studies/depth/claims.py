@@ -42,19 +42,30 @@ FU_NEEDED = (
     "plateau windows) and beating GD with as many steps as layers, d ≥ 10, N = 2d, a random "
     "rotation of Σ per task (the --full profile)"
 )
+GARG_REGIME = (
+    "a 12-layer GPT-2 (8 heads, embedding 256) trained 500k steps on noiseless linear functions, "
+    "d = 20, up to 40 in-context examples; metric: squared error / d against least squares, "
+    "3-nearest neighbours and averaging"
+)
+AKYUREK_REGIME = (
+    "Transformers trained on noisy linear regression over a grid of depths and widths "
+    "(Section 4's figures); the claim is the large-depth, large-width end"
+)
 VLADYMYROV_REGIME = (
     "linear transformers of 3 to 7 layers, D = 10, N = 20, σ ~ U(0, σ_max) per task with "
-    "σ_max ∈ {1, 3, 5}, several seeds; metric: adjusted loss (loss − oracle) against ConstRR, "
-    "AdaRR and TunedRR (ridge with σ̂² estimated from the context)"
+    "σ_max ∈ {1, 3, 5}, several seeds; metric: adjusted loss (loss − the oracle's) against "
+    "ConstRR, AdaRR and TunedRR"
 )
 OWN = "attnreg's tolerance {name} (no source number)"
 
-MATCH_RATIO = 1.05
-"""The trained stack "matches" ridge tuned per noise level when its error is at most this
-multiple of the ridge's."""
-BAYES_Z = -3.0
-"""No estimator beats the posterior mean: the trained stack's error minus the Bayes ridge's,
-in standard errors of the difference, is at least this at every context size."""
+MATCH_Z = 2.0
+"""A trained stack "matches" (is "comparable with", "converges to") a reference predictor on
+the same tasks when its error exceeds the reference's by at most this many paired standard
+errors of the difference (over tasks, plus the spread over seeds with 3 or more)."""
+MATCH_ORIGIN = (
+    "2 paired standard errors of (trained − {ref}) on the same test tasks{seeds}: a larger "
+    "excess is a measured gap"
+)
 
 
 def _of(rows: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -263,80 +274,160 @@ def fu_claims(trends: list[dict[str, Any]]) -> list[Claim]:
     ]
 
 
-def noise_claims(rows: list[dict[str, Any]], cfg: DepthConfig) -> list[Claim]:
-    """The noiseless min-norm curve (Garg et al.), the Bayes-optimal ridge (Akyürek et al.)
-    and the mixed-noise comparison (Vladymyrov et al.)."""
-    out = []
-    curve = _of(rows, "noise_curve")
-    by = {(r["estimator"], r["n_ctx"]): r for r in curve}
-    below = [r for r in curve if r["estimator"] == "ols_noiseless" and r["n_ctx"] < r["d"]]
-    if below:
-        out.append(
-            Claim(
-                Quote(
-                    GARG,
-                    "a Transformer trained on noiseless linear functions matches least squares "
-                    "(min-norm) from k in-context examples, whose error is (d − k)/d for k < d",
-                    "Section 4, Figure 2",
-                    verbatim=False,
-                ),
-                EMPIRICAL,
-                "largest |measured − (d − k)/d| over k < d, in standard errors",
-                {"": max(abs(r["error"] - r["theory"]) / r["stderr"] for r in below)},
-                Threshold("<=", cfg.max_curve_z, OWN.format(name="max_curve_z")),
-                untestable="the run compares least squares with its own theory; no model "
-                "trained on noiseless tasks is compared with it",
-            )
-        )
-    gaps = [
-        (t["error"] - b["error"]) / math.hypot(t["stderr"], b["stderr"])
-        for (name, k), t in by.items()
-        if name == "trained" and (b := by.get(("bayes_ridge", k))) is not None
-    ]
-    if gaps:
-        out.append(
-            Claim(
-                Quote(
-                    AKYUREK,
-                    "trained in-context learners approach the Bayes-optimal estimator (ridge "
-                    "with λ = σ²/τ²) on noisy linear regression",
-                    "Section 4",
-                    verbatim=False,
-                ),
-                EMPIRICAL,
-                "smallest (trained − Bayes ridge error) over k, in standard errors",
-                {"": min(gaps)},
-                Threshold("<=", -BAYES_Z, "3 standard errors of the paired difference"),
-                untestable="beating the Bayes-optimal ridge is impossible by construction; "
-                "the ratio to it by depth and width is not measured yet",
-            )
-        )
-    total = {r["estimator"]: r for r in _of(rows, "mixed_noise") if r["bin"] == "all"}
-    if "trained" in total and "tuned_ridge" in total:
-        out.append(
-            Claim(
-                Quote(
-                    VLADYMYROV,
-                    "linear transformers of 5 or more layers trained with a noise level drawn "
-                    "per task match TunedRR, ridge with σ̂² estimated from the context",
-                    "Section 5, mixed noise variance",
-                    verbatim=False,
-                ),
-                EMPIRICAL,
-                "error of the trained stack / ridge given each task's true σ",
-                {"": total["trained"]["error"] / total["tuned_ridge"]["error"]},
-                Threshold("<=", MATCH_RATIO, OWN.format(name="MATCH_RATIO")),
-                regime=Regime(
-                    VLADYMYROV_REGIME,
-                    f"{cfg.noise_layers} layers, {cfg.noise_steps} steps, one seed, against "
-                    "ridge given the true σ (the oracle)",
-                    False,
-                    "stacks of 3 to 7 layers, several seeds, ConstRR/AdaRR/TunedRR and the "
-                    "adjusted loss (--full profile)",
-                ),
-            )
-        )
-    return out
+GARG_WORDS = Quote(
+    GARG,
+    "the trained model is able to learn unseen linear functions from in-context examples with "
+    "performance comparable to the optimal least squares estimator",
+    "Abstract",
+)
+AKYUREK_WORDS = Quote(
+    AKYUREK,
+    "trained in-context learners closely match the predictors computed by gradient descent, "
+    "ridge regression, and exact least-squares regression, transitioning between different "
+    "predictors as transformer depth and dataset noise vary, and converging to Bayesian "
+    "estimators for large widths and depths",
+    "Abstract",
+)
+VLADYMYROV_WORDS = Quote(
+    VLADYMYROV,
+    "Among the baselines, only tuned exact Ridge Regression solution (TUNEDRR) is comparable "
+    "with linear transformers.",
+    "Figure 1, caption",
+)
+
+
+def garg_claim(rows: list[dict[str, Any]]) -> Claim | None:
+    """Garg et al.: the stack trained on noiseless tasks (rows ``kind="noiseless_curve"``)
+    against min-norm least squares on the same tasks, one case per context size ``k``: the
+    excess in paired standard errors. In Garg et al.'s regime only when the run is at their
+    dimension and depth, converged, and beats averaging (their weakest baseline) at every k."""
+    curve = _of(rows, "noiseless_curve")
+    if not curve:
+        return None
+    first = curve[0]
+    d, layers, steps = first["d"], first["layers"], first["steps"]
+    conv = all(r["converged"] for r in curve)
+    beats = all(r["error"] < r["averaging_error"] for r in curve)
+    met = d == 20 and layers >= 12 and conv and beats
+    return Claim(
+        GARG_WORDS,
+        EMPIRICAL,
+        "(trained − least squares error) / paired standard error, per k (noiseless tasks; "
+        "least squares' error ≈ (d − k)/d below d, ≈ 0 above)",
+        {f"k = {r['n_ctx']}": r["z"] for r in curve},
+        Threshold("<=", MATCH_Z, MATCH_ORIGIN.format(ref="least squares", seeds="")),
+        regime=Regime(
+            GARG_REGIME,
+            f"a {layers}-layer linear-attention stack, d = {d}, {steps} Adam steps, "
+            f"{'converged' if conv else 'not converged'} (loss plateau), "
+            f"{'below' if beats else 'not below'} averaging at every k",
+            met,
+            ""
+            if met
+            else "a stack of ≥ 12 layers at d = 20 trained to a loss plateau and below "
+            "averaging at every k (the full profile: noiseless_layers = 12, noiseless_d = 20)",
+        ),
+    )
+
+
+def _bayes_case(r: dict[str, Any]) -> str:
+    return f"L = {r['layers']}, H = {r['heads']} (ratio {r['ratio']:.3f} ± {r['ratio_se']:.2g})"
+
+
+def akyurek_claim(rows: list[dict[str, Any]]) -> Claim | None:
+    """Akyürek et al.: the trained stacks (rows ``kind="bayes"``) against the Bayes-optimal
+    ridge on the same tasks, pooled over the context sizes; one case per width at the largest
+    depth (the claim's "large widths and depths" end), its excess in paired standard errors
+    (the case names the error ratio ± its standard error). In the paper's regime only with a
+    grid of ≥ 3 depths up to ≥ 8 layers and ≥ 2 widths, every stack converged and the deepest
+    below OLS."""
+    bayes = _of(rows, "bayes")
+    if not bayes:
+        return None
+    deepest = max(r["layers"] for r in bayes)
+    top = [r for r in bayes if r["layers"] == deepest]
+    depths = sorted({r["layers"] for r in bayes})
+    widths = sorted({r["heads"] for r in bayes})
+    conv = all(r["converged"] for r in bayes)
+    beats = all(r["error"] < r["ols_error"] for r in top)
+    met = len(depths) >= 3 and deepest >= 8 and len(widths) >= 2 and conv and beats
+    d, sigma, steps = bayes[0]["d"], bayes[0]["sigma"], bayes[0]["steps"]
+    return Claim(
+        AKYUREK_WORDS,
+        EMPIRICAL,
+        "(trained − Bayes ridge error) / paired standard error over every k, at the largest "
+        "depth (ratio to the Bayes error ± its standard error in each case)",
+        {_bayes_case(r): r["z"] for r in top},
+        Threshold("<=", MATCH_Z, MATCH_ORIGIN.format(ref="Bayes ridge λ = σ²/τ²", seeds="")),
+        regime=Regime(
+            AKYUREK_REGIME,
+            f"linear-attention stacks of {depths} layers × {widths} heads, d = {d}, σ = "
+            f"{sigma:g}, {steps} Adam steps, {'converged' if conv else 'not all converged'}",
+            met,
+            ""
+            if met
+            else "≥ 3 depths up to ≥ 8 layers and ≥ 2 widths, each trained to a loss "
+            "plateau, the deepest below OLS (the full profile)",
+        ),
+    )
+
+
+def vladymyrov_claim(rows: list[dict[str, Any]]) -> Claim | None:
+    """Vladymyrov et al.: per (σ_max, depth ≥ 5 — the deeper stacks of the paper's 3 to 7, at
+    which it reports linear transformers level with TunedRR; every depth if none reaches 5) the
+    trained stack's adjusted loss against TunedRR's (rows ``kind="mixed_match"``), in paired
+    standard errors. In the paper's regime only at D = 10, N = 20, σ_max ⊇ {1, 3, 5}, ≥ 3
+    seeds, depths from ≤ 3 to ≥ 5, every run converged and below ConstRR."""
+    match = _of(rows, "mixed_match")
+    if not match:
+        return None
+    deep = [r for r in match if r["layers"] >= 5] or match
+    depths = sorted({r["layers"] for r in match})
+    smax = sorted({r["sigma_max"] for r in match})
+    seeds, d, n, steps = (match[0][k] for k in ("seeds", "d", "n_ctx", "steps"))
+    conv = all(r["converged"] for r in match)
+    beats = all(r["beats_const"] for r in match)
+    met = (
+        d == 10
+        and n == 20
+        and {1.0, 3.0, 5.0} <= set(smax)
+        and seeds >= 3
+        and min(depths) <= 3
+        and max(depths) >= 5
+        and conv
+        and beats
+    )
+    return Claim(
+        VLADYMYROV_WORDS,
+        EMPIRICAL,
+        "(adjusted loss of the trained stack − TunedRR's) / paired standard error, adjusted "
+        "loss = loss − the oracle's (ridge given each task's σ)",
+        {f"σ_max = {r['sigma_max']:g}, L = {r['layers']}": r["z"] for r in deep},
+        Threshold(
+            "<=",
+            MATCH_Z,
+            MATCH_ORIGIN.format(ref="TunedRR", seeds=", over tasks and seeds"),
+        ),
+        regime=Regime(
+            VLADYMYROV_REGIME,
+            f"{depths} layers, D = {d}, N = {n}, σ_max ∈ {smax}, {seeds} seed(s), {steps} "
+            f"Adam steps, {'converged' if conv else 'not all converged'}, "
+            f"{'below' if beats else 'not all below'} ConstRR",
+            met,
+            ""
+            if met
+            else "stacks of 3 to 7 layers, D = 10, N = 20, σ_max ∈ {1, 3, 5}, 3 "
+            "seeds, each trained to a loss plateau and below ConstRR (the full profile)",
+        ),
+    )
+
+
+def noise_claims(rows: list[dict[str, Any]], cfg: DepthConfig | None = None) -> list[Claim]:
+    """The trained stack against least squares on noiseless tasks (Garg et al.), against the
+    Bayes-optimal ridge by depth and width (Akyürek et al.) and against TunedRR under mixed
+    noise (Vladymyrov et al.); a part without rows adds no claim."""
+    claims = (garg_claim(rows), akyurek_claim(rows), vladymyrov_claim(rows))
+    return [c for c in claims if c is not None]
 
 
 def middle_eps(cfg: DepthConfig) -> float:

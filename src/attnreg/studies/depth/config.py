@@ -34,9 +34,18 @@ class DepthConfig:
       error vectors against Newton's iterates 0–23 and GD's to 1024 steps), with
       ``fu_bootstrap`` bootstrap replicates over the evaluation tasks for its error bars.
     * Noise: ``w ~ N(0, tau² I)``, ``x ~ N(0, I)`` in ``noise_d`` dimensions, label noise
-      ``sigma``; a stack of ``noise_layers`` layers trained over the context sizes
-      ``noise_n_ctx`` and one trained at ``mixed_n_ctx`` with ``σ ~ U(0, sigma_max)`` per task
-      (Vladymyrov et al. 2024), ``noise_steps`` steps each; curves from ``curve_tasks`` tasks.
+      ``sigma``; stacks of every depth in ``bayes_layers`` and width (heads) in ``bayes_heads``
+      (and the curve's ``noise_layers``-layer stack) trained over the context sizes
+      ``noise_n_ctx`` (Akyürek et al. 2022); a ``noiseless_layers``-layer stack trained on
+      noiseless tasks in ``noiseless_d`` dimensions over ``noiseless_n_ctx`` (Garg et al.
+      2022); stacks of every depth in ``mixed_layers``, ``mixed_seeds`` seeds each, trained at
+      ``mixed_n_ctx`` (more than ``noise_d``: σ̂² is estimated from the context) with
+      ``σ ~ U(0, σ_max)`` per task for each σ_max in ``sigma_maxes`` (Vladymyrov et al. 2024);
+      ``noise_steps`` steps each; curves from ``curve_tasks`` tasks. ``noise_layernorm``: a
+      pre-attention LayerNorm in every layer of the curve's and the noiseless stacks (the full
+      profile's 8- and 12-layer stacks: without it a linear-attention stack is cubic per layer
+      in its tokens and overflows at small k); never in the mixed-noise stacks (Vladymyrov et
+      al.'s have none).
     * Checks: the median over (N, ε) of Newton's measured / theory slope within
       ``[min_newton_slope_ratio, max_newton_slope_ratio]``; the deepest trained stack's loss at
       most ``max_depth_loss_ratio`` × the one-layer stack's; the measured noiseless min-norm
@@ -69,12 +78,20 @@ class DepthConfig:
     noise_d: int = 5
     noise_n_ctx: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 8, 10, 15, 20])
     noise_layers: int = 3
+    bayes_layers: list[int] = field(default_factory=lambda: [1, 3])
+    bayes_heads: list[int] = field(default_factory=lambda: [1, 2])
+    noiseless_d: int = 5
+    noiseless_n_ctx: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 8, 10])
+    noiseless_layers: int = 3
+    noise_layernorm: bool = False
     sigma: float = 0.5
     tau: float = 1.0
-    sigma_max: float = 1.0
+    sigma_maxes: list[float] = field(default_factory=lambda: [1.0])
+    mixed_layers: list[int] = field(default_factory=lambda: [3])
+    mixed_seeds: int = 1
     mixed_n_ctx: int = 10
-    noise_steps: int = 1500
-    curve_tasks: int = 4000
+    noise_steps: int = 600
+    curve_tasks: int = 2000
     min_newton_slope_ratio: float = 0.5
     max_newton_slope_ratio: float = 2.0
     max_depth_loss_ratio: float = 1.0
@@ -97,12 +114,24 @@ class DepthConfig:
             "fu_bootstrap",
             "noise_d",
             "noise_layers",
+            "noiseless_d",
+            "noiseless_layers",
+            "mixed_seeds",
             "mixed_n_ctx",
             "noise_steps",
             "curve_tasks",
         ):
             check_positive_int(name, getattr(self, name))
-        for name in ("atlas_n_ctx", "train_layers", "train_n_ctx", "noise_n_ctx"):
+        for name in (
+            "atlas_n_ctx",
+            "train_layers",
+            "train_n_ctx",
+            "noise_n_ctx",
+            "bayes_layers",
+            "bayes_heads",
+            "noiseless_n_ctx",
+            "mixed_layers",
+        ):
             values = getattr(self, name)
             if not values:
                 raise ValueError(f"{name}: must list at least one value")
@@ -123,7 +152,6 @@ class DepthConfig:
         for name in (
             "lr",
             "tau",
-            "sigma_max",
             "min_newton_slope_ratio",
             "max_newton_slope_ratio",
             "max_depth_loss_ratio",
@@ -132,6 +160,15 @@ class DepthConfig:
             check_positive(name, getattr(self, name))
         for name in ("atlas_noise", "init_scale", "sigma"):
             check_nonnegative(name, getattr(self, name))
+        if not self.sigma_maxes:
+            raise ValueError("sigma_maxes: must list at least one value")
+        for s in self.sigma_maxes:
+            check_positive("sigma_maxes", s)
+        if self.mixed_n_ctx <= self.noise_d:
+            raise ValueError(
+                f"mixed_n_ctx: must exceed noise_d ({self.noise_d}) to estimate σ̂² from the "
+                f"context, got {self.mixed_n_ctx}"
+            )
 
 
 def quick_config(**changes: Any) -> DepthConfig:
@@ -140,12 +177,16 @@ def quick_config(**changes: Any) -> DepthConfig:
 
 
 def full_config(**changes: Any) -> DepthConfig:
-    """The full profile: the atlas to 5000 layers over four context sizes; Fu et al.'s regime
-    for the trained stacks — stacks of 1, 4 and 8 layers (pre-attention LayerNorm, as
-    GPT-2's: without it an 8-layer linear-attention stack diverges in training), d = 10,
-    N = 2d = 20, κ ∈ {1, 100} with a random rotation of Σ per task, 10000 steps of 1024 tasks
-    (the trained stacks: about 0.25 s of CPU per step for both cells on one thread, timed from
-    runs of 100 and 300 steps, so about 45 minutes); ``d = 10`` for the noise curves."""
+    """The full profile (the published scale): the atlas to 5000 layers over four context
+    sizes; Fu et al.'s regime for the trained stacks — stacks of 1, 4 and 8 layers
+    (pre-attention LayerNorm, as GPT-2's: without it an 8-layer linear-attention stack diverges
+    in training), d = 10, N = 2d = 20, κ ∈ {1, 100} with a random rotation of Σ per task, 10000
+    steps of 1024 tasks (the trained stacks: about 0.25 s of CPU per step for both cells on one
+    thread, timed from runs of 100 and 300 steps, so about 45 minutes); ``d = 10`` for the
+    noise curves; the noise claims' regimes: Garg et al.'s (a 12-layer stack on noiseless
+    tasks, ``d = 20``, k to 2d), Akyürek et al.'s grid of depths and widths, and Vladymyrov et
+    al.'s (3 to 7 layers, ``D = 10``, ``N = 20``, σ_max ∈ {1, 3, 5}, 3 seeds; about 3 CPU-hours
+    for the noise half)."""
     base: dict[str, Any] = {
         "atlas_n_ctx": [4, 8, 16, 64],
         "cap": 5000,
@@ -164,6 +205,15 @@ def full_config(**changes: Any) -> DepthConfig:
         "noise_d": 10,
         "noise_n_ctx": [1, 2, 4, 6, 8, 10, 12, 15, 20, 30, 40],
         "noise_layers": 5,
+        "bayes_layers": [1, 2, 3, 5, 8],
+        "bayes_heads": [1, 2, 4],
+        "noiseless_d": 20,
+        "noiseless_n_ctx": [1, 5, 10, 15, 18, 20, 22, 25, 30, 40],
+        "noiseless_layers": 12,
+        "noise_layernorm": True,
+        "sigma_maxes": [1.0, 3.0, 5.0],
+        "mixed_layers": [3, 4, 5, 6, 7],
+        "mixed_seeds": 3,
         "mixed_n_ctx": 20,
         "noise_steps": 4000,
         "curve_tasks": 20000,

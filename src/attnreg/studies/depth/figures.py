@@ -74,47 +74,110 @@ def trained_figure(rows: list[dict[str, Any]]) -> Figure:
     return fig
 
 
-def noise_figure(curve: list[dict[str, Any]], mixed: list[dict[str, Any]]) -> Figure:
-    """Left: error against context size (measured markers, closed forms / Monte Carlo
-    dashed). Right: the mixed-noise stack against ridge per σ bin."""
-    fig, (ax, bx) = new_figure(1, 2, figsize=(11, 4), layout="tight")
+def noise_figure(
+    curve: list[dict[str, Any]],
+    mixed: list[dict[str, Any]],
+    noiseless: list[dict[str, Any]] | None = None,
+) -> Figure:
+    """Left: error against context size with noise (measured markers, closed forms / Monte
+    Carlo dashed), ``k = d`` dotted. Middle, on its own axis: the noiseless curves (the stack
+    trained on noiseless tasks, min-norm least squares, averaging, ``τ²(d − k)/d``) — least
+    squares is exactly 0 (rounding, ~1e-30) from ``k = d`` on, so the axis is clipped
+    (:data:`NOISELESS_FLOOR`).
+    Right: adjusted loss (− the oracle's) per σ bin of the deepest mixed-noise stack and the
+    ridge baselines, at the first σ_max."""
+    fig, (ax, cx, bx) = new_figure(1, 3, figsize=(15, 4), layout="tight")
+    noisy = [r for r in curve if r["kind"] == "noise_curve"]
     labels = {
         "trained": "trained stack",
         "ols": "OLS / min-norm",
         "bayes_ridge": "Bayes ridge λ = σ²/τ²",
-        "ols_noiseless": "min-norm, σ = 0",
     }
     for i, (name, label) in enumerate(labels.items()):
-        pts = [(r["n_ctx"], r["error"]) for r in curve if r["estimator"] == name]
-        pts = [(k, v) for k, v in pts if v > 1e-20]  # σ = 0, k ≥ d: rounding, not an error
+        pts = [(r["n_ctx"], r["error"]) for r in noisy if r["estimator"] == name]
         if pts:
             ax.plot(*zip(*pts, strict=True), "o-", color=f"C{i}", ms=4, label=label)
-        if name in ("ols", "ols_noiseless"):
-            th = [(r["n_ctx"], r["theory"]) for r in curve if r["estimator"] == name]
+        if name == "ols":
+            th = [(r["n_ctx"], r["theory"]) for r in noisy if r["estimator"] == name]
             th = [(k, v) for k, v in th if v != float("inf") and v > 0]
             if th:
                 ax.plot(*zip(*th, strict=True), "--", color=f"C{i}", lw=1)
-    bayes = sorted({(r["n_ctx"], r["bayes_theory"]) for r in curve})
+    bayes = sorted({(r["n_ctx"], r["bayes_theory"]) for r in noisy})
     ax.plot(*zip(*bayes, strict=True), "k:", lw=1.2, label="Bayes error (Monte Carlo)")
-    d, sigma = curve[0]["d"], curve[0]["sigma"]
+    d, sigma = noisy[0]["d"], noisy[0]["sigma"]
     ax.axvline(d, color="grey", lw=0.8, ls=":")
     ax.set_yscale("log")
     ax.set_xlabel("context points k")
     ax.set_ylabel("E(ŷ − y)² / d")
-    ax.set_title(f"d = {d}, σ = {sigma:g} (dashed: closed forms)", fontsize=9)
+    ax.set_title(f"d = {d}, σ = {sigma:g}; OLS peaks at k = d (dotted)", fontsize=9)
     ax.legend(fontsize=7)
-    bins = list(dict.fromkeys(r["bin"] for r in mixed))
-    names = list(dict.fromkeys(r["estimator"] for r in mixed))
+    _noiseless_panel(cx, noiseless or [])
+    _mixed_panel(bx, mixed)
+    return fig
+
+
+NOISELESS_FLOOR = 1e-4
+"""The noiseless panel's range: from this fraction of the signal's scale (the largest
+``τ²(d − k)/d`` or least-squares error) up to ten times the averaging estimator's largest
+error; least squares' exact zeros from ``k = d`` on are drawn on the floor (▽), a trained
+stack's heavy-tailed errors above the ceiling on the ceiling (△)."""
+
+
+def _noiseless_panel(ax: Any, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        ax.set_axis_off()
+        return
+    scale = max(max(r["theory"], r["ols_error"]) for r in rows)
+    floor = NOISELESS_FLOOR * scale
+    ceiling = 10 * max(r["averaging_error"] for r in rows)
+    for key, label, color in (
+        ("error", f"trained {rows[0]['layers']}-layer stack", "C0"),
+        ("ols_error", "min-norm least squares", "C1"),
+        ("averaging_error", "averaging", "C4"),
+    ):
+        ks = [r["n_ctx"] for r in rows]
+        vals = [min(max(r[key], floor), ceiling) for r in rows]
+        ax.plot(ks, vals, "o-", color=color, ms=4, label=label)
+        for bound, marker, out in ((floor, "v", -1), (ceiling, "^", 1)):
+            off = [(k, bound) for k, r in zip(ks, rows, strict=True) if out * (r[key] - bound) > 0]
+            if off:
+                ax.plot(*zip(*off, strict=True), marker, color=color, ms=8)
+    th = [(r["n_ctx"], r["theory"]) for r in rows if r["theory"] > 0]
+    if th:
+        ax.plot(*zip(*th, strict=True), "--", color="k", lw=1, label="τ²(d − k)/d")
+    d = rows[0]["d"]
+    ax.axvline(d, color="grey", lw=0.8, ls=":")
+    ax.set_yscale("log")
+    ax.set_ylim(floor / 2, ceiling * 2)
+    ax.set_xlabel("context points k")
+    ax.set_title(
+        f"noiseless, d = {d} (▽ below {floor:.1g}: least squares is 0 for k ≥ d; △ clipped)",
+        fontsize=9,
+    )
+    ax.legend(fontsize=7)
+
+
+def _mixed_panel(ax: Any, mixed: list[dict[str, Any]]) -> None:
+    cells = [r for r in mixed if r["kind"] == "mixed_noise"]
+    if not cells:
+        ax.set_axis_off()
+        return
+    smax = cells[0]["sigma_max"]
+    deepest = max(r["layers"] for r in cells if r["sigma_max"] == smax)
+    cells = [r for r in cells if r["sigma_max"] == smax and r["layers"] == deepest]
+    bins = list(dict.fromkeys(r["bin"] for r in cells))
+    names = [n for n in dict.fromkeys(r["estimator"] for r in cells) if n != "oracle"]
     width = 0.8 / len(names)
     for j, name in enumerate(names):
         vals = [
-            next(r["error"] for r in mixed if r["bin"] == b and r["estimator"] == name)
+            next(r["adjusted"] for r in cells if r["bin"] == b and r["estimator"] == name)
             for b in bins
         ]
-        bx.bar([i + j * width for i in range(len(bins))], vals, width, label=name)
-    bx.set_xticks([i + 0.4 - width / 2 for i in range(len(bins))], bins)
-    bx.set_xlabel("σ bin (σ ~ U(0, σ_max) per task)")
-    bx.set_ylabel("E(ŷ − y)² / d")
-    bx.set_title(f"mixed noise, N = {mixed[0]['n_ctx']}", fontsize=9)
-    bx.legend(fontsize=7)
-    return fig
+        ax.bar([i + j * width for i in range(len(bins))], vals, width, label=name)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(bins))], bins)
+    ax.set_xlabel("σ bin (σ ~ U(0, σ_max) per task)")
+    ax.set_ylabel("adjusted loss (− oracle's)")
+    ax.set_title(
+        f"mixed noise, σ_max = {smax:g}, {deepest} layers, N = {cells[0]['n_ctx']}", fontsize=9
+    )
+    ax.legend(fontsize=7)

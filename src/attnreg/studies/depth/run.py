@@ -9,8 +9,10 @@ trained deep layers compute, and noise with the Bayes-optimal estimator.
    layers by Fu et al. 2024's metric (cosine of the error vectors; the best-matching Newton and
    GD step per layer, its trend against the null of exact GD iterates).
 3. Noise (:mod:`attnreg.studies.depth.noise`): error against the number of context points
-   beside OLS / min-norm, the Bayes-optimal ridge and the closed forms; the mixed-noise setting
-   of Vladymyrov et al. (2024).
+   beside OLS / min-norm, the Bayes-optimal ridge and the closed forms; trained stacks against
+   least squares on noiseless tasks (Garg et al. 2022) and against the Bayes ridge by depth
+   and width (Akyürek et al. 2023); the mixed-noise setting of Vladymyrov et al. (2024) with
+   ConstRR, AdaRR and TunedRR.
 
 The ``--json`` view: the atlas rows (``method``, ``kappa``, ``n_ctx``, ``eps``,
 ``layers_needed``, ``theory_layers``, …) and the trained-layer rows (``layer``, ``method``,
@@ -29,7 +31,7 @@ from attnreg.progress import Progress
 from attnreg.studies.common import FigureRecord, StudyResult
 from attnreg.studies.depth.claims import depth_claims, middle_eps
 from attnreg.studies.depth.config import DepthConfig
-from attnreg.studies.depth.noise import curve_rows, mixed_rows
+from attnreg.studies.depth.noise import curve_rows, mixed_rows, noiseless_rows
 from attnreg.studies.depth.summary import atlas_summary, lead, noise_summary, trained_summary
 from attnreg.studies.depth.trained import trained_rows
 
@@ -68,14 +70,15 @@ def _run(cfg: DepthConfig, progress: Progress) -> StudyResult:
     slopes = [{"kind": "slope", **s} for s in fit_slopes(atlas)]
     trained = trained_rows(cfg, progress)
     curve = curve_rows(cfg, progress)
+    noiseless = noiseless_rows(cfg, progress)
     mixed = mixed_rows(cfg, progress)
-    claims = depth_claims(atlas + slopes + trained + curve + mixed, cfg)
+    claims = depth_claims(atlas + slopes + trained + curve + noiseless + mixed, cfg)
     summary: dict[str, Any] = {"answer": lead(claims, slopes, cfg)}
     checks: list[dict[str, Any]] = []
     for part, part_checks in (
         atlas_summary(cfg, atlas, slopes),
         trained_summary(cfg, trained),
-        noise_summary(cfg, curve, mixed, claims),
+        noise_summary(cfg, curve, mixed, claims, noiseless),
     ):
         summary |= part
         checks += part_checks
@@ -95,11 +98,11 @@ def _run(cfg: DepthConfig, progress: Progress) -> StudyResult:
         FigureRecord(
             "depth_noise",
             f"Error against context size with noise, and the mixed-noise setting ({command})",
-            noise_figure(curve, mixed),
+            noise_figure(curve, mixed, noiseless),
         ),
     ]
     summary["wall time"] = f"{time.perf_counter() - start:.1f} s ({cfg.threads} thread(s))"
-    rows = atlas + slopes + trained + curve + mixed
+    rows = atlas + slopes + trained + curve + noiseless + mixed
     tables = {
         "depth_matches": [r for r in trained if r["kind"] == "trained"],
         "depth_slopes": slopes,

@@ -8,7 +8,7 @@ import statistics
 from typing import Any
 
 from attnreg.studies.common import check, summary_table
-from attnreg.studies.depth.claims import GIANNOU, VLADYMYROV, middle_eps
+from attnreg.studies.depth.claims import AKYUREK, GARG, GIANNOU, VLADYMYROV, middle_eps
 from attnreg.studies.depth.config import DepthConfig
 from attnreg.studies.ledger import HOLDS, UNTESTABLE, Claim
 from attnreg.studies.sources import Source
@@ -227,12 +227,16 @@ def noise_summary(
     curve: list[dict[str, Any]],
     mixed: list[dict[str, Any]],
     claims: list[Claim],
+    noiseless: list[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Answer], list[dict[str, Any]]]:
     """The error curves per context size beside OLS / min-norm, the Bayes-optimal ridge and
-    ``(d − k)/d``; the mixed-noise comparison led by the Vladymyrov et al. claim's finding."""
+    ``(d − k)/d``; the stack trained on noiseless tasks against least squares (Garg et al.),
+    the stacks against the Bayes ridge by depth and width (Akyürek et al.) and the mixed-noise
+    comparison with ConstRR, AdaRR and TunedRR (Vladymyrov et al.), each led by its claim's
+    verdict."""
     d = cfg.noise_d
-    by = {(r["estimator"], r["n_ctx"]): r for r in curve}
-    below = [r for r in curve if r["estimator"] == "ols_noiseless" and r["n_ctx"] < d]
+    by = {(r["estimator"], r["n_ctx"]): r for r in curve if r["kind"] == "noise_curve"}
+    below = [r for k, r in by.items() if k[0] == "ols_noiseless" and r["n_ctx"] < d]
     z = max((abs(r["error"] - r["theory"]) / r["stderr"] for r in below), default=0.0)
     ratio = [
         by[("trained", k)]["error"] / by[("bayes_ridge", k)]["error"]
@@ -240,14 +244,16 @@ def noise_summary(
         if ("bayes_ridge", k) in by
     ]
     span = f"; trained / Bayes ridge {min(ratio):.3f} to {max(ratio):.3f}" if ratio else ""
+    noiseless = noiseless or []
 
     def err(name: str, k: int, key: str = "error") -> str:
         return fmt(by[(name, k)][key]) if (name, k) in by else "–"
 
     out: dict[str, Answer] = {
         "noise: error against the context size": summary_table(
-            f"Error E(ŷ − y)²/d, d = {d}, σ = {cfg.sigma:g}, τ = {cfg.tau:g}: the noiseless "
-            f"min-norm curve is within {z:.2f} standard errors of (d − k)/d at k < d{span}.",
+            f"Error E(ŷ − y)²/d, d = {d}, σ = {cfg.sigma:g}, τ = {cfg.tau:g}, the trained "
+            f"{cfg.noise_layers}-layer stack: the noiseless min-norm curve is within {z:.2f} "
+            f"standard errors of (d − k)/d at k < d{span}.",
             ["k", "trained", "Bayes ridge", "OLS", "min-norm, σ = 0", "(d − k)/d"],
             [
                 [
@@ -262,21 +268,9 @@ def noise_summary(
             ],
         )
     }
-    mixed_claim = _claim(claims, VLADYMYROV)
-    const = next((r for r in mixed if r["estimator"] == "const_ridge"), None)
-    cells = {(r["bin"], r["estimator"]): r["error"] for r in mixed}
-    bins = list(dict.fromkeys(r["bin"] for r in mixed))
-    out["noise: σ ~ U(0, σ_max) per task (Vladymyrov et al. 2024)"] = summary_table(
-        (f"{mixed_claim.verdict_text()}: {mixed_claim.why()}" if mixed_claim else "not measured")
-        + f" The trained {cfg.noise_layers}-layer stack against ridge tuned per σ.",
-        ["σ bin", "trained", "ridge tuned per σ", f"one λ = {const['const_lambda']:.3g}"]
-        if const
-        else ["σ bin", "trained", "ridge tuned per σ", "one λ"],
-        [
-            [b] + [fmt(cells.get((b, e))) for e in ("trained", "tuned_ridge", "const_ridge")]
-            for b in bins
-        ],
-    )
+    out |= _noiseless_table(noiseless, claims)
+    out |= _bayes_table(curve, claims)
+    out |= _mixed_tables(mixed, claims)
     checks = [check("min-norm curve vs (d − k)/d, standard errors", z, "<=", cfg.max_curve_z)]
     return out, checks
 
@@ -311,3 +305,131 @@ def lead(claims: list[Claim], slopes: list[dict[str, Any]], cfg: DepthConfig) ->
         f"{head} Newton's layers {grows} like log κ at ε = {eps:g}: {span('newton')} per "
         f"decade of κ̂; GD's {span('gd')} per unit of κ̂."
     )
+
+
+def _lead(claims: list[Claim], source: Source) -> str:
+    """The claim's verdict in a few words (its reason and regimes are in the ledger)."""
+    claim = _claim(claims, source)
+    return f"{source.short()}: {claim.verdict_text()} (ledger)." if claim else "Not measured."
+
+
+def _pm(value: float, se: float) -> str:
+    return f"{value:.4g} ± {se:.2g}"
+
+
+def _noiseless_table(rows: list[dict[str, Any]], claims: list[Claim]) -> dict[str, Answer]:
+    if not rows:
+        return {}
+    first = rows[0]
+    return {
+        "noise: trained on noiseless tasks against least squares (Garg et al. 2022)": (
+            summary_table(
+                f"{_lead(claims, GARG)} The {first['layers']}-layer stack trained on noiseless "
+                f"tasks, d = {first['d']}, against min-norm least squares on the same tasks.",
+                ["k", "trained", "least squares", "averaging", "τ²(d − k)/d", "excess (SE)"],
+                [
+                    [
+                        r["n_ctx"],
+                        _pm(r["error"], r["stderr"]),
+                        _pm(r["ols_error"], r["ols_stderr"]),
+                        fmt(r["averaging_error"]),
+                        fmt(r["theory"]),
+                        f"{r['z']:.3g}",
+                    ]
+                    for r in rows
+                ],
+            )
+        )
+    }
+
+
+def _bayes_table(rows: list[dict[str, Any]], claims: list[Claim]) -> dict[str, Answer]:
+    bayes = [r for r in rows if r["kind"] == "bayes"]
+    if not bayes:
+        return {}
+    return {
+        "noise: trained stacks against the Bayes ridge (Akyürek et al. 2023)": summary_table(
+            f"{_lead(claims, AKYUREK)} Errors pooled over every context size; prediction "
+            "differences E(ŷ − ŷ_ref)²/d to ridge λ = σ²/τ², OLS and one tuned GD step.",
+            [
+                "L",
+                "H",
+                "trained",
+                "Bayes ridge",
+                "ratio",
+                "excess (SE)",
+                "Δ ridge",
+                "Δ OLS",
+                "Δ GD",
+                "converged",
+            ],
+            [
+                [
+                    r["layers"],
+                    r["heads"],
+                    fmt(r["error"]),
+                    fmt(r["bayes_error"]),
+                    _pm(r["ratio"], r["ratio_se"]),
+                    f"{r['z']:.3g}",
+                    fmt(r["spd_bayes_ridge"]),
+                    fmt(r["spd_ols"]),
+                    fmt(r["spd_gd"]),
+                    "yes" if r["converged"] else "no",
+                ]
+                for r in bayes
+            ],
+        )
+    }
+
+
+def _mixed_tables(rows: list[dict[str, Any]], claims: list[Claim]) -> dict[str, Answer]:
+    match = [r for r in rows if r["kind"] == "mixed_match"]
+    if not match:
+        return {}
+    names = ("trained", "const_rr", "ada_rr", "tuned_rr", "oracle")
+    cells = {
+        (r["sigma_max"], r["layers"], r["bin"], r["estimator"]): r["error"]
+        for r in rows
+        if r["kind"] == "mixed_noise"
+    }
+    keys = list(
+        dict.fromkeys(
+            (r["sigma_max"], r["layers"], r["bin"]) for r in rows if r["kind"] == "mixed_noise"
+        )
+    )
+    return {
+        "noise: σ ~ U(0, σ_max) per task (Vladymyrov et al. 2024)": summary_table(
+            f"{_lead(claims, VLADYMYROV)} Adjusted loss = loss − the oracle's (ridge given "
+            "each task's σ); the trained stacks averaged over seeds.",
+            [
+                "σ_max",
+                "L",
+                "seeds",
+                "trained",
+                "ConstRR",
+                "AdaRR",
+                "TunedRR",
+                "trained − TunedRR",
+                "excess (SE)",
+                "converged",
+            ],
+            [
+                [
+                    fmt(r["sigma_max"]),
+                    r["layers"],
+                    r["seeds"],
+                    *(fmt(r[f"adjusted_{n}"]) for n in names[:4]),
+                    _pm(r["diff"], r["diff_se"]),
+                    f"{r['z']:.3g}",
+                    "yes" if r["converged"] else "no",
+                ]
+                for r in match
+            ],
+        ),
+        "noise: mixed-noise errors per σ bin": summary_table(
+            "Error E(ŷ − y)²/d per σ bin of each predictor (the trained stack averaged over "
+            "seeds).",
+            ["σ_max", "L", "σ bin", "trained", "ConstRR", "AdaRR", "TunedRR", "oracle"],
+            [[fmt(a), b, c, *(fmt(cells[(a, b, c, n)]) for n in names)] for a, b, c in keys],
+        ),
+    }

@@ -1,0 +1,334 @@
+"""The noise half of the ``depth`` study: the ridge baselines of Vladymyrov et al. (ConstRR,
+AdaRR, TunedRR, the oracle) against scikit-learn ridge and numpy written here, the paired
+statistics and the plateau test, the trained-against-least-squares and trained-against-Bayes
+measurements on a tiny config, and each noise claim's verdict on both sides of its threshold
+and of its regime gate."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from sklearn.linear_model import Ridge as SkRidge
+from tiny_depth import TINY_DEPTH
+
+from attnreg.data.tasks import TaskSampler
+from attnreg.progress import Progress
+from attnreg.studies.depth import DepthConfig
+from attnreg.studies.depth.claims import (
+    MATCH_Z,
+    akyurek_claim,
+    garg_claim,
+    noise_claims,
+    vladymyrov_claim,
+)
+from attnreg.studies.depth.config import full_config, quick_config
+from attnreg.studies.depth.noise import (
+    LAMBDA_GRID,
+    RidgeBaselines,
+    converged,
+    curve_rows,
+    mixed_rows,
+    mixed_tasks,
+    noise_estimate,
+    noiseless_rows,
+    paired,
+)
+
+D, N, TAU = 3, 8, 1.0
+
+
+def _tasks(batch: int, seed: int, sigma_max: float = 1.0):
+    sampler = TaskSampler(d=D, n_ctx=N, inputs="gaussian", teacher_scale=TAU)
+    return mixed_tasks(
+        sampler, batch, torch.Generator().manual_seed(seed), sigma_max, torch.float64
+    )
+
+
+def _sk(x: np.ndarray, y: np.ndarray, xq: np.ndarray, lam: float) -> np.ndarray:
+    return SkRidge(alpha=lam, fit_intercept=False, solver="cholesky").fit(x, y).predict(xq)
+
+
+def _err(pred: np.ndarray, yq: np.ndarray) -> float:
+    return float(((pred - yq) ** 2).sum() / D)
+
+
+# the ridge baselines against scikit-learn
+
+
+@pytest.fixture(scope="module")
+def baselines():
+    fit, _ = _tasks(400, 1)
+    test, sig = _tasks(60, 2)
+    return fit, test, sig, RidgeBaselines(fit, D, TAU, bins=4)
+
+
+def _numpy(tasks):
+    x, y = tasks.x_ctx.numpy(), tasks.y_ctx.numpy()
+    return x, y, tasks.x_query.numpy(), tasks.y_query.numpy()
+
+
+def _sigma_hat(x: np.ndarray, y: np.ndarray) -> float:
+    w, *_ = np.linalg.lstsq(x, y, rcond=None)
+    return float(((y - x @ w) ** 2).sum() / (N - D))
+
+
+def test_const_rr_is_the_grid_lambda_with_the_lowest_mean_error(baselines):
+    fit, test, _, rr = baselines
+    x, y, xq, yq = _numpy(fit)
+    mean = [
+        np.mean([_err(_sk(x[b], y[b], xq[b], lam), yq[b]) for b in range(len(x))])
+        for lam in LAMBDA_GRID
+    ]
+    assert rr.const_lam == LAMBDA_GRID[int(np.argmin(mean))]
+    x, y, xq, _ = _numpy(test)
+    want = np.stack([_sk(x[b], y[b], xq[b], rr.const_lam) for b in range(len(x))])
+    np.testing.assert_allclose(
+        rr.const(test).numpy().reshape(want.shape), want, rtol=1e-9, atol=1e-12
+    )
+
+
+def test_ada_rr_is_ridge_with_the_context_noise_estimate(baselines):
+    _, test, _, rr = baselines
+    x, y, xq, _ = _numpy(test)
+    s2 = np.array([_sigma_hat(x[b], y[b]) for b in range(len(x))])
+    np.testing.assert_allclose(noise_estimate(test).numpy(), s2, rtol=1e-9)
+    want = np.stack([_sk(x[b], y[b], xq[b], max(s2[b] / TAU**2, 1e-12)) for b in range(len(x))])
+    np.testing.assert_allclose(
+        rr.ada(test).numpy().reshape(want.shape), want, rtol=1e-8, atol=1e-10
+    )
+
+
+def test_tuned_rr_tunes_lambda_per_noise_estimate_bin(baselines):
+    fit, test, _, rr = baselines
+    x, y, xq, yq = _numpy(fit)
+    s2 = np.array([_sigma_hat(x[b], y[b]) for b in range(len(x))])
+    edges = np.quantile(s2, [0.25, 0.5, 0.75])
+    which = np.searchsorted(edges, s2, side="left")
+    lams = []
+    for j in range(4):
+        idx = np.flatnonzero(which == j)
+        errs = [
+            np.mean([_err(_sk(x[b], y[b], xq[b], lam), yq[b]) for b in idx]) for lam in LAMBDA_GRID
+        ]
+        lams.append(LAMBDA_GRID[int(np.argmin(errs))])
+    np.testing.assert_allclose(rr.bin_lams.numpy(), lams)
+    x, y, xq, _ = _numpy(test)
+    t2 = np.array([_sigma_hat(x[b], y[b]) for b in range(len(x))])
+    lam_b = np.array(lams)[np.searchsorted(edges, t2, side="left")]
+    want = np.stack([_sk(x[b], y[b], xq[b], lam_b[b]) for b in range(len(x))])
+    np.testing.assert_allclose(
+        rr.tuned(test).numpy().reshape(want.shape), want, rtol=1e-8, atol=1e-10
+    )
+
+
+def test_the_oracle_is_ridge_with_each_tasks_true_noise(baselines):
+    _, test, sig, rr = baselines
+    x, y, xq, _ = _numpy(test)
+    want = np.stack(
+        [_sk(x[b], y[b], xq[b], max(float(sig[b]) ** 2 / TAU**2, 1e-12)) for b in range(len(x))]
+    )
+    np.testing.assert_allclose(
+        rr.oracle(test, sig).numpy().reshape(want.shape), want, rtol=1e-7, atol=1e-9
+    )
+
+
+def test_noise_estimate_needs_more_points_than_features():
+    sampler = TaskSampler(d=4, n_ctx=4, inputs="gaussian")
+    with pytest.raises(ValueError, match="more context points"):
+        noise_estimate(sampler.sample(3, torch.Generator().manual_seed(0), torch.float64))
+
+
+# the paired statistics and the plateau test
+
+
+def test_paired_is_the_numpy_paired_difference_and_delta_ratio():
+    rng = np.random.default_rng(0)
+    b = rng.exponential(1.0, 500)
+    a = b * 1.1 + rng.normal(0, 0.05, 500)
+    got = paired(torch.tensor(a), torch.tensor(b))
+    d = a - b
+    assert got["diff"] == pytest.approx(d.mean(), rel=1e-12)
+    assert got["diff_se"] == pytest.approx(d.std(ddof=1) / math.sqrt(500), rel=1e-12)
+    r = a.mean() / b.mean()
+    assert got["ratio"] == pytest.approx(r, rel=1e-12)
+    lin = (a - r * b) / b.mean()
+    assert got["ratio_se"] == pytest.approx(lin.std(ddof=1) / math.sqrt(500), rel=1e-12)
+    assert got["z"] == pytest.approx(got["diff"] / got["diff_se"], rel=1e-12)
+    same = paired(torch.tensor(b), torch.tensor(b))
+    assert (same["diff"], same["z"], same["ratio"]) == (0.0, 0.0, 1.0)
+
+
+def test_converged_sees_a_plateau_and_a_falling_loss():
+    rng = np.random.default_rng(1)
+    flat = list(1.0 + 0.01 * rng.standard_normal(500))
+    falling = list(np.linspace(2.0, 1.0, 500) + 0.01 * rng.standard_normal(500))
+    learned = list(np.linspace(2.0, 1.0, 200)) + flat
+    blown = list(np.exp(np.linspace(0, 30, 300))) + [float(x) for x in 1e13 * np.ones(200)]
+    assert converged(learned)["converged"] is True
+    assert converged(flat)["converged"] is False  # it never learned
+    assert converged(falling)["converged"] is False
+    assert converged(blown)["converged"] is False
+
+
+def test_config_refuses_too_few_points_to_estimate_the_noise():
+    with pytest.raises(ValueError, match="mixed_n_ctx"):
+        DepthConfig(noise_d=5, mixed_n_ctx=5)
+    with pytest.raises(ValueError, match="sigma_maxes"):
+        DepthConfig(sigma_maxes=[])
+
+
+def test_profiles_put_k_equal_d_on_the_noise_grids():
+    for cfg in (quick_config(), full_config()):
+        assert cfg.noise_d in cfg.noise_n_ctx
+        assert cfg.noiseless_d in cfg.noiseless_n_ctx
+    full = full_config()
+    assert (full.noise_d, full.mixed_n_ctx, full.mixed_seeds) == (10, 20, 3)
+    assert set(full.sigma_maxes) == {1.0, 3.0, 5.0} and full.mixed_layers == [3, 4, 5, 6, 7]
+    assert (full.noiseless_d, full.noiseless_layers) == (20, 12)
+
+
+# the measurements on a tiny config
+
+
+@pytest.fixture(scope="module")
+def tiny_cfg():
+    return DepthConfig(
+        **{**TINY_DEPTH, "bayes_layers": [1, 2], "bayes_heads": [1, 2], "curve_tasks": 200}
+    )
+
+
+def test_noiseless_rows_pair_the_stack_with_least_squares(tiny_cfg):
+    rows = noiseless_rows(tiny_cfg, Progress.quiet())
+    assert [r["n_ctx"] for r in rows] == tiny_cfg.noiseless_n_ctx
+    d = tiny_cfg.noiseless_d
+    for r in rows:
+        assert r["z"] == pytest.approx(r["diff"] / r["diff_se"])
+        assert r["diff"] == pytest.approx(r["error"] - r["ols_error"], rel=1e-9, abs=1e-12)
+        if r["n_ctx"] >= d:  # noiseless least squares interpolates: error 0 up to rounding
+            assert r["ols_error"] < 1e-20 and r["theory"] == 0
+        else:
+            assert abs(r["ols_error"] - r["theory"]) <= 5 * r["ols_stderr"]
+    assert rows == noiseless_rows(tiny_cfg, Progress.quiet())  # deterministic
+
+
+def test_bayes_rows_are_the_ratio_to_the_bayes_ridge_per_depth(tiny_cfg):
+    rows = [r for r in curve_rows(tiny_cfg, Progress.quiet()) if r["kind"] == "bayes"]
+    shapes = sorted((n, h) for n in tiny_cfg.bayes_layers for h in tiny_cfg.bayes_heads)
+    assert sorted((r["layers"], r["heads"]) for r in rows) == shapes
+    for r in rows:
+        assert r["ratio"] == pytest.approx(r["error"] / r["bayes_error"], rel=1e-9)
+        assert r["z"] == pytest.approx(r["diff"] / r["diff_se"])
+        assert r["error"] >= r["bayes_error"] - 4 * r["diff_se"]  # nothing beats the posterior
+        assert min(r["spd_bayes_ridge"], r["spd_ols"], r["spd_gd"]) >= 0
+
+
+def test_mixed_rows_adjust_by_the_oracle_and_compare_with_tuned_rr(tiny_cfg):
+    rows = mixed_rows(tiny_cfg, Progress.quiet())
+    match = [r for r in rows if r["kind"] == "mixed_match"]
+    assert len(match) == len(tiny_cfg.sigma_maxes) * len(tiny_cfg.mixed_layers)
+    cells = {r["estimator"]: r for r in rows if r["kind"] == "mixed_noise" and r["bin"] == "all"}
+    assert cells["oracle"]["adjusted"] == 0
+    for r in match:
+        for name in ("trained", "const_rr", "ada_rr", "tuned_rr"):
+            assert r[f"adjusted_{name}"] == pytest.approx(
+                cells[name]["error"] - cells["oracle"]["error"], rel=1e-9, abs=1e-12
+            )
+        assert r["diff"] == pytest.approx(r["adjusted_trained"] - r["adjusted_tuned_rr"], abs=1e-12)
+
+
+# each claim's verdict on both sides of its threshold and of its regime gate
+
+
+def _noiseless(z: list[float], met: bool) -> list[dict]:
+    d, layers = (20, 12) if met else (5, 3)
+    return [
+        {"kind": "noiseless_curve", "n_ctx": k, "d": d, "layers": layers, "steps": 100}
+        | {"z": v, "error": 0.1, "averaging_error": 0.5, "converged": True}
+        for k, v in enumerate(z, start=1)
+    ]
+
+
+def _bayes(z: list[float], met: bool) -> list[dict]:
+    shapes = [(1, 1), (3, 1), (8, 1), (8, 2)] if met else [(1, 1), (3, 1)]
+    deepest = max(s[0] for s in shapes)
+    out = []
+    for layers, heads in shapes:
+        top = (
+            [s for s in shapes if s[0] == deepest].index((layers, heads))
+            if layers == deepest
+            else 0
+        )
+        out.append(
+            {"kind": "bayes", "layers": layers, "heads": heads, "d": 5, "sigma": 0.5}
+            | {"steps": 100, "ratio": 1.01, "ratio_se": 0.01, "error": 0.2, "ols_error": 0.5}
+            | {"z": z[top % len(z)] if layers == deepest else 50.0, "converged": True}
+        )
+    return out
+
+
+def _mixed(z: list[float], met: bool) -> list[dict]:
+    d, n, smaxes, seeds = (10, 20, [1.0, 3.0, 5.0], 3) if met else (5, 10, [1.0], 1)
+    return [
+        {"kind": "mixed_match", "sigma_max": s, "layers": layers, "d": d, "n_ctx": n}
+        | {"seeds": seeds, "steps": 100, "converged": True, "beats_const": True}
+        | {"z": z[(i + j) % len(z)] if layers >= 5 else 50.0}
+        for i, s in enumerate(smaxes)
+        for j, layers in enumerate([3, 5, 7])
+    ]
+
+
+@pytest.mark.parametrize(
+    "make, build",
+    [(garg_claim, _noiseless), (akyurek_claim, _bayes), (vladymyrov_claim, _mixed)],
+)
+def test_each_noise_claim_passes_fails_and_is_gated(make, build):
+    below, above = MATCH_Z - 0.5, MATCH_Z + 0.5
+    assert make(build([below], True)).verdict() == "holds"
+    assert make(build([above], True)).verdict() == "does not hold"
+    assert make(build([below, above], True)).verdict().startswith("partial")
+    for z in (below, above):
+        claim = make(build([z], False))
+        assert claim.verdict() == "no verdict: reduced scale"
+        assert claim.regime is not None and claim.regime.needed
+    assert make([]) is None
+
+
+def test_a_run_below_the_weakest_baseline_or_unconverged_is_gated():
+    rows = _noiseless([0.0], True)
+    rows[0]["error"] = 0.9  # above averaging
+    assert garg_claim(rows).verdict() == "no verdict: reduced scale"
+    rows = _mixed([0.0], True)
+    rows[0]["converged"] = False
+    assert vladymyrov_claim(rows).verdict() == "no verdict: reduced scale"
+    rows = _bayes([0.0], True)
+    rows[-1]["error"] = 0.6  # the deepest above OLS
+    assert akyurek_claim(rows).verdict() == "no verdict: reduced scale"
+
+
+def test_noise_claims_quote_the_sources_with_a_sourced_threshold():
+    rows = _noiseless([0.0], True) + _bayes([0.0], True) + _mixed([0.0], True)
+    claims = noise_claims(rows)
+    assert [c.source.short().split(",")[0] for c in claims] == ["Garg", "Akyürek", "Vladymyrov"]
+    for c in claims:
+        assert c.quote.verbatim and c.threshold is not None
+        assert "paired standard errors" in c.threshold.origin
+
+
+def test_an_overflowing_stack_gives_infinite_errors_not_a_crash():
+    from attnreg.models import TrainableLSA
+    from attnreg.studies.depth.noise import _quiet_predict, _safe_predict
+
+    tasks = TaskSampler(d=3, n_ctx=1, inputs="gaussian").sample(
+        50, torch.Generator().manual_seed(0), torch.float64
+    )
+    wild = TrainableLSA(3, 1, 8, init_scale=3.0, seed=0)  # cubic per layer: overflows
+    with pytest.raises(ValueError, match="overflow"):
+        _quiet_predict(wild, tasks)
+    out = _safe_predict(wild, tasks)
+    assert out.shape == tasks.y_query.shape and bool(torch.isinf(out).any())
+    tame = TrainableLSA(3, 1, 2, init_scale=0.05, seed=0)
+    assert torch.equal(_safe_predict(tame, tasks), _quiet_predict(tame, tasks))
+    assert full_config().noise_layernorm and not quick_config().noise_layernorm
