@@ -36,6 +36,7 @@ from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import cosine
 from attnreg.training import TrainConfig, generator, train
 
+QUESTION = "does W_q W_kᵀ trained in context across tasks (one Σ) learn Σ⁻¹?"
 SEED_TAG = 11  # the stream of Σ: numpy SeedSequence([config.seed, SEED_TAG])
 
 

@@ -109,6 +109,8 @@ def _run(cfg: CompareConfig, progress: Progress) -> StudyResult:
             in_context = compare_in_context.measure(cfg)
     result = StudyResult("compare", asdict(cfg), rows, tables={"compare_training": training})
     result.summary = compare_summary.summarise(rows, training, sklearn_gap, ols_tf, cfg, probe)
+    if in_context is not None:
+        result.summary[compare_in_context.QUESTION] = compare_in_context.answer(in_context)
     result.checks = compare_summary.checks(rows, sklearn_gap, cfg)
     result.claims = compare_summary.claims(rows, ols_tf, cfg, in_context)
     result.figures = compare_figures.make_figures(rows, kept, baselines, datasets)
