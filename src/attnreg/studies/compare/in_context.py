@@ -141,12 +141,11 @@ def answer(m: dict[str, Any]) -> str:
     top = float(np.quantile(np.abs(null), 0.95))
     above = bool(trained.min() > max(top, m["identity"]))
     return (
-        f"Trained in context across tasks with one Σ (d = {m['d']}, N = {m['context']}, "
-        f"κ(Σ) = {m['condition']:g}), cos(W_q W_kᵀ, Σ⁻¹) = {trained.mean():.3f} ± "
-        f"{se(m['trained']):.2g} over {trained.size} seeds, "
+        f"Trained in context (one Σ, d = {m['d']}, N = {m['context']}, κ = {m['condition']:g}): "
+        f"cos(W_q W_kᵀ, Σ⁻¹) = {trained.mean():.3f} ± {se(m['trained']):.2g} over "
+        f"{trained.size} seeds, "
         + ("above" if above else "not above")
-        + f" the null (95th percentile of |cos| over {null.size} random initialisations "
-        f"{top:.2f}; the identity {m['identity']:.2f}); the loss's own minimiser "
-        f"((N+1)/N Σ + tr Σ/N I)⁻¹ has cosine {m['optimal']:.3f} with Σ⁻¹ and the trained "
-        f"matrix {np.mean(m['trained_vs_optimal']):.3f} with it."
+        + f" the null ({null.size} random initialisations, 95th percentile {top:.2f}; identity "
+        f"{m['identity']:.2f}); the loss's minimiser has cosine {m['optimal']:.3f} with Σ⁻¹, "
+        f"the trained matrix {np.mean(m['trained_vs_optimal']):.3f} with it."
     )
