@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from attnreg.cli import app
 from attnreg.studies.common import answer_text
+from attnreg.studies.compare import in_context
 from attnreg.studies.compare import ols_transformer as olstf
 from attnreg.studies.compare.config import ROW_KEYS, CompareConfig
 from attnreg.studies.compare.metrics import (
@@ -41,6 +42,12 @@ SMALL = {
     "shift_magnitudes": [0.0, 1.0],
     "tang_memories": 20,
     "tang_scale_n_train": 100,
+    "tang_dks": [4, 16],
+    "tang_seeds": 3,
+    "icl_steps": 30,
+    "icl_batch": 16,
+    "icl_seeds": 2,
+    "icl_null": 20,
 }
 SECTION_STEMS = [
     "compare_conventions",
@@ -133,6 +140,17 @@ def test_small_run_writes_every_figure_and_is_deterministic(tmp_path):
     }
     trained = [r for r in main if r["variant"] not in ("ridge", "ols")]
     assert len(trained) == 3 * 2 * 2
+    # locality is judged on the trained softmax layer; W_q W_kᵀ vs Σ⁻¹ is an open question
+    # answered by the in-context training; every threshold says where it comes from
+    local = next(c for c in result.claims if c.quote.text.startswith("Attention operates"))
+    assert set(local.values) == {"synthetic"} and "paired" in local.threshold.origin
+    metric = next(c for c in result.claims if "W_q W_k" in c.quote.text)
+    assert metric.verdict() == "open question" and metric.answer == in_context.answer(
+        in_context.measure(cfg)
+    )
+    assert in_context.QUESTION in result.summary
+    for claim in result.claims:
+        assert claim.threshold is None or "no source number" not in claim.threshold.origin
     stems = [
         "compare_heatmaps_synthetic",
         "compare_effective_weights",

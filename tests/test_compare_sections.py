@@ -45,6 +45,13 @@ TINY = {
     "tang_memories": 10,
     "tang_scale_d": 3,
     "tang_scale_n_train": 60,
+    "tang_dks": [2, 8],
+    "tang_scale_rhos": [0.0, 0.9],
+    "tang_seeds": 2,
+    "icl_steps": 20,
+    "icl_batch": 8,
+    "icl_seeds": 2,
+    "icl_null": 10,
     "beta_multipliers": [0.5, 1.0, 2.0],
 }
 SECTION_NAMES = {"conventions", "density", "memories", "tang", "locality"}
@@ -372,48 +379,36 @@ def _memories_numbers(rows) -> list[str]:
 
 
 def _tang_retrieval_numbers(rows, cfg) -> list[str]:
-    """Per pattern count and cell: the first ρ with accuracy below the threshold (a loop over
-    the rows), and the accuracies at the smallest and largest ρ."""
+    """Per pattern count and separation: the clean-query accuracies of the plain and the
+    whitened dot at the smallest and largest ρ (a loop over the rows)."""
     out = []
     for n in cfg.tang_patterns:
-        for sim in ("dot", "whitened dot"):
-            for sep in ("identity", "softmax"):
-                cell = (n, sim, sep)
+        for sep in ("identity", "softmax"):
+            cells = []
+            for sim in ("dot", "whitened dot"):
                 sel = sorted(
                     (
                         r
                         for r in rows
                         if r["part"] == "retrieval"
-                        and (r["n_patterns"], r["similarity"], r["separation"]) == cell
+                        and r["queries"] == "clean"
+                        and (r["n_patterns"], r["similarity"], r["separation"]) == (n, sim, sep)
                     ),
                     key=lambda r: r["rho"],
                 )
-                failed = [r["rho"] for r in sel if r["accuracy"] < cfg.tang_accuracy]
-                where = f"{failed[0]:g}" if failed else "never"
-                out += [
-                    f"{n} · {sim} × {sep} · {where} · {sel[0]['accuracy']:.3g} · "
-                    f"{sel[-1]['accuracy']:.3g}"
-                ]
+                cells += [sel[0]["accuracy"], sel[-1]["accuracy"]]
+            out.append(f"{n} · {sep} · " + " · ".join(f"{v:.3g}" for v in cells))
     return out
 
 
 def _tang_scaling_numbers(rows) -> list[str]:
-    """Per scenario and preprocessing: ridge's test MSE and test MSE / ridge's of the three
-    printed cells, as a table row."""
-    sel = [r for r in rows if r["part"] == "scaling"]
+    """Per d_k: each temperature rule's test MSE, mean ± SE over the seeds, as printed."""
+    sel = [r for r in rows if r["part"] == "scaling: scale"]
     out = []
-    for scenario in dict.fromkeys(r["scenario"] for r in sel):
-        for kind in ("none", "standardised", "whitened"):
-            mine = [r for r in sel if (r["scenario"], r["preprocessing"]) == (scenario, kind)]
-            cells = [mine[0]["ridge_test_mse"]]
-            for sep, rule in (
-                ("identity", "validated"),
-                ("softmax", "1/sqrt(d_k)"),
-                ("softmax", "validated"),
-            ):
-                (r,) = [r for r in mine if (r["separation"], r["scale_rule"]) == (sep, rule)]
-                cells.append(r["test_mse"] / r["ridge_test_mse"])
-            out.append(f"{scenario} · {kind} · " + " · ".join(f"{v:.3g}" for v in cells))
+    for dk in sorted({r["d_k"] for r in sel}):
+        for rule in ("1/sqrt(d_k)", "beta = 1", "best beta"):
+            v = np.array([r["test_mse"] for r in sel if (r["d_k"], r["scale_rule"]) == (dk, rule)])
+            out.append(f"{v.mean():.4g} ± {v.std(ddof=1) / math.sqrt(v.size):.2g}")
     return out
 
 
@@ -480,8 +475,12 @@ def test_section_config_is_validated():
         CompareConfig(density_powers=[1])
     with pytest.raises(ValueError, match="tang_rhos"):
         CompareConfig(tang_rhos=[0.5, 1.0])
-    with pytest.raises(ValueError, match="tang_accuracy"):
-        CompareConfig(tang_accuracy=0.0)
+    with pytest.raises(ValueError, match="tang_seeds"):
+        CompareConfig(tang_seeds=1)
+    with pytest.raises(ValueError, match="tang_scale_rhos"):
+        CompareConfig(tang_scale_rhos=[0.5])
+    with pytest.raises(ValueError, match="icl_condition"):
+        CompareConfig(icl_condition=0.5)
     with pytest.raises(ValueError, match="beta_multipliers"):
         CompareConfig(beta_multipliers=[])
     with pytest.raises(ValueError, match="tang_memories"):

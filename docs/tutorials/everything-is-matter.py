@@ -393,9 +393,9 @@ for label, run_section in SECTIONS:
 # %%
 claims = [c for part in sections.values() for c in part.claims]
 display(HTML(admonition(claims, "wojiao-yc, Tang and Tan & Zhao, measured")))
-local = next(c for c in claims if c.quote.text.startswith("Attention operates locally"))
-assert set(local.values) == set(config.data_modes)  # one participation ratio per data mode
-print(f"attention is local ({local.measurement}): {local.verdict_text()}")
+# the locality remark is judged on the softmax layers the study trains (`attnreg compare`);
+# the sections alone measure the closed-form operators and give it no verdict
+assert not [c for c in claims if c.quote.text.startswith("Attention operates locally")]
 
 # %% [markdown]
 # The claims, asserted on these rows:
@@ -420,7 +420,8 @@ assert near["rel_mse_to_ols_b"] < 0.5 < far["rel_mse_to_ols_b"]
 
 # Tang (a): at ρ = 0.95 the whitened dot product still retrieves, the plain one does not
 for sep in ("identity", "softmax"):
-    cell = dict(section="tang", part="retrieval", n_patterns=8, rho=0.95, separation=sep)
+    cell = dict(section="tang", part="retrieval", queries="clean", n_patterns=8, rho=0.95)
+    cell["separation"] = sep
     white, dot = pick(**cell, similarity="whitened dot"), pick(**cell, similarity="dot")
     print(f"ρ = 0.95, {sep}: whitened {white['accuracy']:.3f}, dot {dot['accuracy']:.3f}")
     assert white["accuracy"] >= 0.99 > 0.5 > dot["accuracy"]

@@ -3,7 +3,6 @@ dataclass (which checks its values when built) and its quick and full profiles."
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from attnreg.config import check_device, check_fields
@@ -37,6 +36,8 @@ FIGURE_CELLS = (
     ("softmax", False, "separate", False),
     ("whitened", False, "shared", False),
 )
+SOFTMAX_CELL = ("softmax", False, "separate", False)
+"""The figure cell whose trained attention the locality section judges."""
 
 
 @dataclass
@@ -49,10 +50,14 @@ class CompareConfig:
     softmax inverse temperatures ``β = m/√d`` a validation split chooses from, density and
     tang); ``tang_d``, ``tang_patterns`` (N), ``tang_rhos`` (equicorrelations),
     ``tang_memories`` (memories per cell), ``tang_query_noise`` (query noise per coordinate),
-    ``tang_beta`` (softmax β in units of the mean self-similarity) and ``tang_accuracy`` (the
-    accuracy below which retrieval has failed) for the correlated-pattern retrieval;
-    ``tang_scale_d``, ``tang_scale_n_train``, ``tang_variance_ratio`` (largest / smallest
-    feature variance) and ``tang_rho`` for the scale-vs-correlation regression.
+    ``tang_beta`` (softmax β in units of the mean self-similarity) for the correlated-pattern
+    retrieval;
+    ``tang_dks`` (the key/query widths of the iid part), ``tang_scale_d`` and
+    ``tang_scale_rhos`` (the width and equicorrelations of the correlated part),
+    ``tang_scale_n_train`` and ``tang_seeds`` (seeds, for the paired standard errors) for the
+    √d_k regression. ``icl_d``, ``icl_context`` (N), ``icl_condition`` (κ(Σ)), ``icl_steps``,
+    ``icl_batch``, ``icl_lr``, ``icl_seeds`` and ``icl_null`` (random initialisations of the null)
+    for the in-context training of ``W_q W_kᵀ`` against ``Σ⁻¹``.
 
     The checks' thresholds: ridge within ``max_sklearn_gap`` of scikit-learn's ``Ridge`` on
     every row, and trained data-whitened regression-like attention (synthetic, layer norm off)
@@ -80,7 +85,7 @@ class CompareConfig:
     init_scale: float = 0.5
     device: str = "cpu"
     threads: int = 1
-    probe_steps: int = 3000
+    probe_steps: int = 1500
     ols_transformer: bool = True
     ols_steps: int = 1000
     ols_lr: float = 0.01
@@ -95,19 +100,29 @@ class CompareConfig:
     memories: bool = True
     tang: bool = True
     tang_d: int = 16
-    tang_patterns: list[int] = field(default_factory=lambda: [8, 16])
+    tang_patterns: list[int] = field(default_factory=lambda: [8, 16, 32])
     tang_rhos: list[float] = field(
         default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95]
     )
     tang_memories: int = 200
     tang_query_noise: float = 0.1
     tang_beta: float = 16.0
-    tang_accuracy: float = 0.99
     tang_scale_d: int = 8
-    tang_scale_n_train: int = 1000
-    tang_variance_ratio: float = 100.0
-    tang_rho: float = 0.8
+    tang_scale_n_train: int = 400
+    tang_dks: list[int] = field(default_factory=lambda: [4, 16, 64, 256])
+    tang_scale_rhos: list[float] = field(default_factory=lambda: [0.0, 0.5, 0.9, 0.95])
+    tang_seeds: int = 5
     locality: bool = True
+    # Tang's open question W_q W_kᵀ vs S⁻¹, trained in context (in_context.py).
+    in_context: bool = True
+    icl_d: int = 6
+    icl_context: int = 40
+    icl_condition: float = 10.0
+    icl_steps: int = 400
+    icl_batch: int = 64
+    icl_lr: float = 0.05
+    icl_seeds: int = 3
+    icl_null: int = 200
 
     @property
     def seed_list(self) -> list[int]:
@@ -166,7 +181,13 @@ class CompareConfig:
             )
 
     def _check_sections(self) -> None:
-        for name in ("density_powers", "beta_multipliers", "tang_patterns", "tang_rhos"):
+        for name in (
+            "density_powers",
+            "beta_multipliers",
+            "tang_patterns",
+            "tang_rhos",
+            "tang_dks",
+        ):
             if not getattr(self, name):
                 raise ValueError(f"{name}: must list at least one value")
         for power in self.density_powers:
@@ -176,21 +197,34 @@ class CompareConfig:
             check_positive("beta_multipliers", beta)
         for n in self.tang_patterns:
             check_positive_int("tang_patterns", n)
-        for name, rhos in (("tang_rhos", self.tang_rhos), ("tang_rho", [self.tang_rho])):
+        for name, rhos in (
+            ("tang_rhos", self.tang_rhos),
+            ("tang_scale_rhos", self.tang_scale_rhos),
+        ):
             for rho in rhos:
                 if not 0 <= rho < 1:
                     raise ValueError(f"{name}: must be in [0, 1), got {rho}")
+        for name in ("icl_d", "icl_context", "icl_steps", "icl_batch", "icl_seeds", "icl_null"):
+            check_positive_int(name, getattr(self, name))
+        check_positive("icl_lr", self.icl_lr)
+        if not 1 <= self.icl_condition < float("inf"):
+            raise ValueError(
+                f"icl_condition: must be a finite number >= 1, got {self.icl_condition}"
+            )
         check_positive_int("tang_d", self.tang_d)
         check_positive_int("tang_memories", self.tang_memories)
         check_positive_int("tang_scale_d", self.tang_scale_d)
         check_positive_int("tang_scale_n_train", self.tang_scale_n_train)
         check_nonnegative("tang_query_noise", self.tang_query_noise)
         check_positive("tang_beta", self.tang_beta)
-        if not 0 < self.tang_accuracy <= 1:
-            raise ValueError(f"tang_accuracy: must be in (0, 1], got {self.tang_accuracy}")
-        if not 1 <= self.tang_variance_ratio < math.inf:
+        for dk in self.tang_dks:
+            check_positive_int("tang_dks", dk)
+        if len(self.tang_scale_rhos) < 2:
+            raise ValueError("tang_scale_rhos: needs at least two values (a slope in ρ)")
+        if isinstance(self.tang_seeds, bool) or self.tang_seeds < 2:
             raise ValueError(
-                f"tang_variance_ratio: must be a finite number >= 1, got {self.tang_variance_ratio}"
+                f"tang_seeds: must be an integer >= 2 (paired standard errors), got "
+                f"{self.tang_seeds!r}"
             )
         if isinstance(self.tang_scale_n_train, bool) or self.tang_scale_n_train < 2:
             raise ValueError(

@@ -213,7 +213,7 @@ def figure(rows: list[dict[str, Any]]) -> FigureRecord:
         axes[0][0].bar(idx + (i - 1) * width, values, width, label=label)
     axes[0][0].axhline(1, color="black", linewidth=0.6)
     axes[0][0].set(ylabel="‖weights‖ / ‖ridge β̂‖", title="effective weights")
-    axes[0][0].legend(fontsize=7, loc="lower right")
+    axes[0][0].legend(fontsize=9, loc="lower right")
     for i, (convention, (scaling, _)) in enumerate(CONVENTIONS.items()):
         axes[0][1].plot(
             idx + (i - 0.5) * 0.2,
@@ -224,12 +224,9 @@ def figure(rows: list[dict[str, Any]]) -> FigureRecord:
         )
     axes[0][1].axhline(1, color="black", linewidth=0.6)
     axes[0][1].set(ylabel="test MSE / ridge's", title="trained layer")
-    axes[0][1].legend(fontsize=7)
+    axes[0][1].legend(fontsize=9)
     for ax in axes[0]:
         ax.set_xticks(idx, modes)
-    fig.suptitle(
-        "Regression-like attention in attnreg's and \"Everything is matter\"'s conventions"
-    )
     return FigureRecord(
         name="compare_conventions",
         figure=fig,

@@ -267,8 +267,7 @@ def figure(rows: list[dict[str, Any]], path: list[dict[str, Any]]) -> FigureReco
             axis.set_major_formatter(FormatStrFormatter("%g"))
             axis.set_minor_formatter(NullFormatter())
         ax.set(xlabel="recall MSE on the stored rows", ylabel="test MSE", title=mode)
-        ax.legend(fontsize=6)
-    fig.suptitle("Memorise or generalise: separation of the whitened similarity x*ᵀS⁺x_i")
+        ax.legend(fontsize=9)
     return FigureRecord(
         name="compare_density",
         figure=fig,

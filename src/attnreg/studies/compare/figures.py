@@ -66,18 +66,23 @@ def heatmaps(
     if white is not None:
         panels.append(("W_q W_kᵀ effective\n(whitening built in)", white.matrices["metric"]))
     panels.append(("S⁻¹ (S = XᵀX/N)", extras["s_inv"]))
-    fig, axes = new_figure(1, len(panels), figsize=(3.2 * len(panels), 3.6), squeeze=False)
+    # at most four panels a row: legible at 1366 px (≈ 13 inches at 150 dpi, shown at ~70 %)
+    ncols = min(len(panels), 4)
+    nrows = -(-len(panels) // ncols)
+    fig, axes = new_figure(nrows, ncols, figsize=(3.0 * ncols, 3.4 * nrows), squeeze=False)
+    flat = list(axes.flat)
     image = None
-    for ax, (title, mat) in zip(axes[0], panels, strict=True):
+    for i, (ax, (title, mat)) in enumerate(zip(flat, panels, strict=False)):
         image = ax.imshow(_normalised(mat), cmap="RdBu_r", vmin=-1, vmax=1)
-        ax.set_title(title, fontsize=8)
-        ax.set_xlabel("key / column", fontsize=7)
-        if ax is axes[0][0]:
-            ax.set_ylabel("query / row", fontsize=7)
-        ax.tick_params(labelsize=6)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("key / column", fontsize=9)
+        if i % ncols == 0:
+            ax.set_ylabel("query / row", fontsize=9)
+        ax.tick_params(labelsize=8)
+    for ax in flat[len(panels) :]:
+        ax.set_visible(False)
     assert image is not None
-    fig.colorbar(image, ax=list(axes[0]), shrink=0.8, label="entry / max |entry|")
-    fig.suptitle(f"{mode}: hat matrix, attention, scores and W_q W_kᵀ vs S⁻¹ (first seed)")
+    fig.colorbar(image, ax=flat, shrink=0.8, label="entry / max |entry|")
     stem = f"compare_heatmaps_{mode}"
     return FigureRecord(
         name=stem,
@@ -120,13 +125,12 @@ def effective_weights(
         for i, (label, values) in enumerate(series):
             offset = (i - (len(series) - 1) / 2) * width
             ax.bar(idx + offset, values, width, label=label, color=SERIES_COLOURS[label])
-        ax.set_xticks(idx, data.feature_names, rotation=45, fontsize=7)
+        ax.set_xticks(idx, data.feature_names, rotation=45, fontsize=8)
         ax.set_title(mode)
         ax.set_ylabel("coefficient")
         ax.axhline(0, color="black", linewidth=0.5)
     for ax in axes[0]:
-        ax.legend(fontsize=6)
-    fig.suptitle("Effective weights: true, ridge, and attention M XᵀY/N (first seed)")
+        ax.legend(fontsize=9)
     return FigureRecord(
         name="compare_effective_weights",
         figure=fig,
@@ -177,7 +181,7 @@ def test_mse_chart(rows: list[dict[str, Any]]) -> FigureRecord:
             base = [r["test_mse"] for r in rows if r["data"] == mode and r["variant"] == name]
             if base:
                 ax.axvline(float(np.mean(base)), color="black", linestyle=style, label=name)
-        ax.set_yticks(np.arange(len(cells)), labels, fontsize=6)
+        ax.set_yticks(np.arange(len(cells)), labels, fontsize=8)
         ax.set_xscale("log")
         ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
@@ -185,11 +189,8 @@ def test_mse_chart(rows: list[dict[str, Any]]) -> FigureRecord:
         ax.grid(axis="y", linewidth=0.3)
         ax.set_xlabel("test MSE (log scale)")
         ax.set_title(mode)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=9)
     axes[0][0].invert_yaxis()
-    fig.suptitle(
-        "Test MSE of every attention variant × switch (w = data whitening, ln = layer norm)"
-    )
     return FigureRecord(
         name="compare_test_mse",
         figure=fig,

@@ -9,17 +9,25 @@ context rows ``x_i`` (``ŷ(x*) = Σ_i a_i y_i``):
   mean Euclidean distance (input coordinates) of the rows it draws on, relative to the mean
   distance to all rows (< 1: it draws on nearby rows; ≈ 1: on rows regardless of distance).
 
-Operators (closed form, not the trained cells: a section receives the data, not the trained
-models, and the closed forms are the operators the trained layers are measured against),
-context = the training rows ``X (N, d)``, queries = the test rows:
+Operators, context = the training rows ``X (N, d)``, queries = the test rows:
 
-* ``ridge hat`` — ``x*ᵀ (XᵀX + λI)⁻¹ Xᵀ`` (λ = ``config.ridge``);
+* ``ridge hat`` — ``x*ᵀ (XᵀX + λI)⁻¹ Xᵀ`` (λ = ``config.ridge``): the regression, the global
+  operator wojiao-yc contrasts attention with;
 * ``regression-like`` — ``x*ᵀ Xᵀ / N`` (``W_q W_kᵀ = I``);
 * ``whitened`` — ``x*ᵀ S⁻¹ Xᵀ / N``, ``S = XᵀX/N`` (pseudo-inverse; the OLS hat row);
-* ``softmax`` — ``softmax(x*ᵀ Xᵀ / √d)``.
+* ``softmax`` — ``softmax(x*ᵀ Xᵀ / √d)`` (no learned projections);
+* ``softmax, trained`` and ``softmax, initial`` — the weights on the test queries of the
+  softmax attention layer the study trains on this data mode (separate ``W_q``, ``W_k``, no
+  whitening, no layer norm, first seed), after training and at its random initialisation.
 
-The three attention operators are computed by the attention core (their weights read from
-it); the ridge hat is the estimator's closed form.
+The closed-form attention operators are computed by the attention core (their weights read
+from it); the ridge hat is the estimator's closed form; the trained layers' weights are read
+from their hooks (:func:`~attnreg.studies.compare.train.train_cell`).
+
+The remark ("Attention operates locally", about attention as trained) is read on the trained
+softmax layer: per test query, ``log PR(trained softmax) − log PR(ridge hat)``, paired over the
+queries (:func:`~attnreg.studies.compare.tang_retrieval.paired_z`); local = more than two
+paired standard errors below the hat matrix's.
 
 Both measures are invariant to a positive rescaling of ``a``, so the operators' ``1/N`` factors
 do not matter. Rows: one per data mode × operator with the median and quartiles of PR and the
@@ -39,12 +47,17 @@ from attnreg.data.regression import RegressionData
 from attnreg.studies.common import FigureRecord, Section, summary_table
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import hat_matrix
+from attnreg.studies.compare.tang_retrieval import Z_LIMIT, paired_z
 from attnreg.studies.ledger import REMARK, Claim, Threshold
 from attnreg.studies.quotes import WOJIAO_LOCAL
 
 SECTION = "locality"
 QUESTION = "global or local: how many context rows does a query's attention row draw on?"
 OPERATORS = ("ridge hat", "regression-like", "whitened", "softmax")
+TRAINED = ("softmax, trained", "softmax, initial")
+Trained = dict[str, dict[str, torch.Tensor]]
+"""Per data mode, the trained softmax layer's test-query weights: ``{"softmax, trained": (M,
+N), "softmax, initial": (M, N)}``."""
 
 
 def participation_ratio(a: torch.Tensor) -> torch.Tensor:
@@ -91,14 +104,16 @@ def operator_weights(
 
 
 def measure_mode(
-    data: RegressionData, cfg: CompareConfig
+    data: RegressionData, cfg: CompareConfig, trained: dict[str, torch.Tensor] | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, np.ndarray]]]:
-    """Rows (one per operator) and the per-query values (for the figure) on one data mode."""
+    """Rows (one per operator) and the per-query values (for the figure and the claim) on one
+    data mode; ``trained``: the trained layer's weights (:data:`Trained`), if any."""
     x, xq = torch.from_numpy(data.x_train), torch.from_numpy(data.x_test)
     n = x.shape[0]
     rows, values = [], {}
-    for name in OPERATORS:
-        a = operator_weights(name, x, xq, cfg.ridge)
+    weights = {name: operator_weights(name, x, xq, cfg.ridge) for name in OPERATORS}
+    weights |= {k: v.detach().to("cpu", torch.float64) for k, v in (trained or {}).items()}
+    for name, a in weights.items():
         pr = participation_ratio(a).numpy()
         rel = relative_distance(a, x, xq).numpy()
         values[name] = {"pr": pr, "rel": rel}
@@ -138,22 +153,32 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     )
 
 
-LOCAL_LIMIT = 0.25
-"""An operator is "local" on a data mode when its median query draws on at most this fraction
-of the context rows (participation ratio / N)."""
+def log_pr_gap(values: dict[str, dict[str, np.ndarray]]) -> float:
+    """Paired z over the test queries of ``log PR(softmax, trained) − log PR(ridge hat)``."""
+    return paired_z(np.log(values["softmax, trained"]["pr"]), np.log(values["ridge hat"]["pr"]))
 
 
-def claims(rows: list[dict[str, Any]]) -> list[Claim]:
-    """Goulet Coulombe's locality claim: softmax attention's median PR / N per data mode."""
+def claims(values: dict[str, dict[str, dict[str, np.ndarray]]]) -> list[Claim]:
+    """wojiao-yc's locality remark on the trained softmax layers (module docstring), per data
+    mode that has one."""
+    gaps = {mode: log_pr_gap(v) for mode, v in values.items() if "softmax, trained" in v}
+    if not gaps:
+        return []
     return [
         Claim(
             WOJIAO_LOCAL,
             REMARK,
-            "softmax median participation ratio / N",
-            {r["data"]: float(r["pr_median_fraction"]) for r in rows if r["operator"] == "softmax"},
-            Threshold("<=", LOCAL_LIMIT, "a quarter of the rows (attnreg's LOCAL_LIMIT)"),
-            reading="local = the median query's attention row draws on at most a quarter of "
-            "the context rows (participation ratio / N)",
+            "log participation ratio of the trained softmax layer's test-query rows minus the "
+            "ridge hat matrix's (paired z over the test queries)",
+            gaps,
+            Threshold(
+                "<=",
+                -Z_LIMIT,
+                f"{Z_LIMIT:g} paired standard errors below the hat matrix's, over the test "
+                "queries (Z_LIMIT)",
+            ),
+            reading="operates locally (regression globally) = the trained softmax attention "
+            "row of a query draws on fewer context rows than the regression's hat-matrix row",
         )
     ]
 
@@ -165,20 +190,19 @@ def figure(
     from attnreg.output import new_figure
 
     modes = list(values)
-    fig, axes = new_figure(2, len(modes), figsize=(4 * len(modes), 6), squeeze=False)
+    fig, axes = new_figure(2, len(modes), figsize=(4.6 * len(modes), 7), squeeze=False)
     for j, mode in enumerate(modes):
         n = next(r["n_context"] for r in rows if r["data"] == mode)
         ops = list(values[mode])
         axes[0][j].boxplot([values[mode][o]["pr"] / n for o in ops], showfliers=False)
         axes[1][j].boxplot([values[mode][o]["rel"] for o in ops], showfliers=False)
-        axes[0][j].set_title(f"{mode} (N = {n})")
+        axes[0][j].set_title(f"{mode} (N = {n})", fontsize=10)
         axes[0][j].set_ylim(0, 1)
         axes[1][j].axhline(1, color="black", linewidth=0.5)
         for i in (0, 1):
-            axes[i][j].set_xticks(range(1, len(ops) + 1), ops, rotation=20, fontsize=7)
+            axes[i][j].set_xticks(range(1, len(ops) + 1), ops, rotation=35, ha="right", fontsize=9)
     axes[0][0].set_ylabel("participation ratio / N")
     axes[1][0].set_ylabel("weighted distance / mean distance")
-    fig.suptitle("Global vs local: effective number and distance of the rows a query draws on")
     fig.tight_layout()
     return FigureRecord(
         name="compare_locality",
@@ -186,25 +210,30 @@ def figure(
         caption=(
             "Per test query, the participation ratio of its weights over the training rows "
             "(/N) and the relative distance of the rows it draws on, for the ridge hat matrix "
-            "and closed-form regression-like, whitened and softmax attention (compare config, "
-            "first seed)."
+            "closed-form regression-like, whitened and softmax attention, and the softmax layer "
+            "the study trains, after training and at its initialisation (compare config, first "
+            "seed)."
         ),
     )
 
 
-def section(cfg: CompareConfig, datasets: dict[str, RegressionData]) -> Section:
-    """The locality section (module docstring); empty when ``cfg.locality`` is off."""
+def section(
+    cfg: CompareConfig, datasets: dict[str, RegressionData], trained: Trained | None = None
+) -> Section:
+    """The locality section (module docstring); empty when ``cfg.locality`` is off.
+    ``trained``: the trained softmax layers' weights per data mode (:data:`Trained`); without
+    them the remark is not judged (no claim)."""
     if not cfg.locality or not datasets:
         return Section()
     rows: list[dict[str, Any]] = []
     values: dict[str, dict[str, dict[str, np.ndarray]]] = {}
     for mode, data in datasets.items():
-        r, v = measure_mode(data, cfg)
+        r, v = measure_mode(data, cfg, (trained or {}).get(mode))
         rows += r
         values[mode] = v
     return Section(
         rows=rows,
         summary={QUESTION: _summary(rows)},
         figures=[figure(rows, values)],
-        claims=claims(rows),
+        claims=claims(values),
     )

@@ -202,7 +202,7 @@ def figure(rows: list[dict[str, Any]]) -> FigureRecord:
     ax.set_yscale("log")
     ax.set_xticks(idx, [f"{m}\n{s}" for m, s in groups], fontsize=8)
     ax.set_ylabel("relative MSE to OLS on B")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=9)
     ax.set_title("OLS-Transformer: slow memory (L, P) and fast memory (context) swapped")
     return FigureRecord(
         name="compare_memories",

@@ -1,30 +1,37 @@
-"""Tang's claim B: 1/√d_k scaling handles feature scale, not correlation.
+"""Tang's √d_k remark, read as he wrote it: the division by √d_k handles the scale of
+key/query pairs, and it does not handle correlated features the way whitening does.
 
-The compare study's section ``tang``, part ``scaling`` (part ``retrieval``, the
-correlated-pattern claim, is :mod:`~attnreg.studies.compare.tang_retrieval`). Inputs
-``x ~ N(0, D R D)`` in ``d = config.tang_scale_d`` dimensions, four scenarios: ``iid``
-(``D = R = I``), ``unequal variances`` (variances geometric from ``1/√r`` to ``√r``, ``r`` =
-``config.tang_variance_ratio``, ``R = I``), ``correlated`` (``D = I``, ``R`` equicorrelated
-with ``ρ`` = ``config.tang_rho``), ``both``. Targets ``y = Σ_j u_j x_j / D_jj + σ ε``
-(``u ~ N(0, I_d)``, ``σ`` = ``config.noise``); ``config.tang_scale_n_train`` training and
-``config.n_test`` test rows, the same standard-normal draws in every scenario (they differ only
-in ``D`` and ``R``). The inputs are preprocessed by training statistics: ``none``;
-``standardised`` (per feature ``(x − μ_j)/σ_j``); ``whitened`` (``(x − μ) S^{-1/2}``, ZCA,
-``S`` the training covariance). Two attention regressors with the inputs as queries and keys,
-the targets as values and no learned projection (``d_k = d``), both computed by the attention
-core (:class:`attnreg.core.Attention`, :func:`attnreg.core.associate`):
+The compare study's section ``tang``, part ``scaling`` (part ``retrieval``, the whitened dot
+product, is :mod:`~attnreg.studies.compare.tang_retrieval`). Softmax attention regression
+without learned projections, ``ŷ* = softmax(β x*ᵀ Xᵀ) Y`` (the inputs are queries and keys,
+the targets values, ``d_k = d``; the attention core's :func:`attnreg.core.associate`), on
+``config.tang_scale_n_train`` training rows and ``config.n_test`` test rows, repeated over
+``config.tang_seeds`` seeds (every seed its own draws; all cells of a seed share them, so
+comparisons are paired).
 
-* identity separation (regression-like), ``ŷ* = c · x̃*ᵀ X̃ᵀ Y / N`` with ``c = 1`` and with the
-  best global scale ``c`` (least squares on a validation split of the training rows);
-* softmax, ``ŷ* = softmax(β x̃*ᵀ X̃ᵀ) Y`` with ``β = 1/√d_k`` as written (Vaswani et al. 2017)
-  and with the best single ``β = m/√d_k`` on the validation split (``m`` in
-  ``config.beta_multipliers``).
+* **Part 1, the scale of key/query pairs.** iid inputs ``x ~ N(0, I_d)``, ``d = d_k`` in
+  ``config.tang_dks``: the scores ``x*ᵀ x_i`` have standard deviation ``√d_k``. Targets
+  ``y = uᵀx / √d + σ ε`` (``u ~ N(0, I_d)``, ``σ = config.noise``): the signal has the same
+  variance at every ``d_k``. Three temperatures: ``β = 1/√d_k`` (as written, Vaswani et al.
+  2017), ``β = 1``, and the best ``β = m/√d_k`` (``m`` in ``config.beta_multipliers``) on a
+  validation split of the training rows.
+* **Part 2, correlation.** Equicorrelated inputs ``x = Σ_ρ^{1/2} z``, ``Σ_ρ = (1 − ρ) I + ρ
+  11ᵀ``, ``ρ`` in ``config.tang_scale_rhos``, ``d = config.tang_scale_d``, and the targets
+  ``y = uᵀz / √d + σ ε`` of the *same* draws ``z``: in whitened coordinates every ``ρ`` is the
+  same task, so any growth of the error with ``ρ`` is the similarity's. Cells: no
+  preprocessing with ``β = 1/√d_k`` and with the best global ``β``; inputs whitened by the
+  training rows' covariance (ZCA, ``(x − μ) S^{-1/2}``) with ``β = 1/√d_k``.
 
-No global scale can do better than the validated one. The identity operator is
-``ŷ* = c x*ᵀ Σ̂ w`` with ``Σ̂`` the preprocessed inputs' covariance, and for Gaussian inputs the
-softmax average tilts the input distribution, ``E_w[x] ≈ β Σ x*``, so ``ŷ ≈ β x*ᵀ Σ w``: one
-scalar can undo a global scale of ``Σ`` but not unequal variances or correlations;
-standardising makes the variances equal, whitening makes ``Σ = I``.
+The remark's readings, each a paired comparison over the seeds (``z`` = mean paired
+difference / its standard error, :func:`paired_z`): 1/√d_k's test MSE stays within two paired
+standard errors of the best β's at every ``d_k``; β = 1's exceeds the best β's by more than two
+at the larger half of the ``d_k`` sweep; with a global scale (no preprocessing) the
+least-squares slope of test MSE in ``ρ`` exceeds zero by more than two standard errors. The
+whitening half is an identity, not a measurement: the whitened dot product ``x_iᵀ S⁻¹ x_j`` is
+invariant under ``x → A x`` for any invertible ``A`` (``S → A S Aᵀ``), so with whitened inputs
+every ``ρ`` gives the same predictions up to rounding; the claim checks that the largest
+relative change of the test MSE over ``ρ`` is within the float64 bound ``u · κ(Σ_ρ) · N · d``
+(:func:`whitening_bound`).
 """
 
 from __future__ import annotations
@@ -37,46 +44,28 @@ import torch
 
 from attnreg.core import Attention, associate
 from attnreg.data.regression import RegressionData
-from attnreg.estimators import Ridge
 from attnreg.models.regressors import symmetric_whitening
 from attnreg.studies.common import FigureRecord, Section, summary_table
 from attnreg.studies.compare.config import CompareConfig
-from attnreg.studies.compare.density import validated_beta, validation_split
+from attnreg.studies.compare.density import validated_beta
 from attnreg.studies.compare.metrics import mse
 from attnreg.studies.compare.tang_retrieval import SECTION, SEED_TAG
-from attnreg.studies.ledger import REMARK, Claim, Threshold
+from attnreg.studies.ledger import IDENTITY, REMARK, Claim, Threshold
 from attnreg.studies.quotes import TANG_SQRT_DK
 
-QUESTION = "Tang: does 1/√d_k scaling handle feature scale and correlation?"
-SCENARIOS = ("iid", "unequal variances", "correlated", "both")
+QUESTION = "Tang: does 1/√d_k handle the scale of key/query pairs, and not correlation?"
+QUESTION_RHO = "Tang: does correlation hurt softmax regression with a global scale, not whitened?"
 PREPROCESSING = ("none", "standardised", "whitened")
-
-
-def scenario_data(
-    scenario: str, cfg: CompareConfig, draws: tuple[np.ndarray, np.ndarray, np.ndarray]
-) -> RegressionData:
-    """The scenario's training and test rows (module docstring, part (b)) from the common
-    draws ``(z (n, d), ε (n,), u (d,))``: ``x = z Cᵀ`` with ``C Cᵀ = D R D``, ``y = (x / D) u +
-    σ ε``. Every scenario uses the same draws, so they differ only in ``D`` and ``R``."""
-    z, eps, u = draws
-    d = z.shape[1]
-    ratio = cfg.tang_variance_ratio if scenario in ("unequal variances", "both") else 1.0
-    rho = cfg.tang_rho if scenario in ("correlated", "both") else 0.0
-    sd = np.sqrt(ratio ** np.linspace(-0.5, 0.5, d))
-    sigma = ((1 - rho) * np.eye(d) + rho * np.ones((d, d))) * np.outer(sd, sd)
-    x = z @ np.linalg.cholesky(sigma).T
-    y = (x / sd) @ u + cfg.noise * eps
-    n = cfg.tang_scale_n_train
-    return RegressionData(
-        scenario,
-        x[:n],
-        y[:n, None],
-        x[n:],
-        y[n:, None],
-        [f"x{i}" for i in range(d)],
-        true_weights=u / sd,
-        covariance=sigma,
-    )
+RULES = ("1/sqrt(d_k)", "beta = 1", "best beta")
+RHO_CELLS = (
+    ("none", "1/sqrt(d_k)", "no preprocessing, β = 1/√d_k"),
+    ("none", "best beta", "no preprocessing, best global β"),
+    ("whitened", "1/sqrt(d_k)", "whitened, β = 1/√d_k"),
+)
+Z_LIMIT = 2.0
+"""Two paired standard errors: a paired difference over the seeds counts as a difference when
+its mean is more than this many standard errors from zero (about a 95 % two-sided band for a
+normal mean; with few seeds a lenient one)."""
 
 
 def preprocess(kind: str, x_train: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -121,170 +110,308 @@ def best_scale(x: torch.Tensor, y: torch.Tensor, fit: Any, val: Any) -> float:
     return float((p * y[val]).sum() / (p * p).sum())
 
 
+def paired_z(a: list[float] | np.ndarray, b: list[float] | np.ndarray) -> float:
+    """``mean(a − b) / SE(a − b)`` over paired samples (``SE = sd/√n``, ``ddof = 1``); 0 when
+    every difference is 0, ``±inf`` when they are equal and non-zero."""
+    diff = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    mean = float(diff.mean())
+    se = float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else math.nan
+    if se == 0:
+        return 0.0 if mean == 0 else math.copysign(math.inf, mean)
+    return mean / se
+
+
+def slope(x: list[float] | np.ndarray, y: list[float] | np.ndarray) -> float:
+    """The least-squares slope of ``y`` on ``x``."""
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    xc = xa - xa.mean()
+    return float((xc * (ya - ya.mean())).sum() / (xc * xc).sum())
+
+
+def _draws(cfg: CompareConfig, part: int, seed: int, d: int) -> tuple[np.ndarray, ...]:
+    n = cfg.tang_scale_n_train + cfg.n_test
+    rng = np.random.default_rng([cfg.seed, SEED_TAG, part, seed, d])
+    return rng.standard_normal((n, d)), rng.standard_normal(n), rng.standard_normal(d)
+
+
+def _cells(
+    x: np.ndarray, y: np.ndarray, cfg: CompareConfig, seed: int, cells: tuple[tuple[str, str], ...]
+) -> dict[tuple[str, str], tuple[float, float]]:
+    """``(preprocessing, rule) → (β, test MSE)`` of softmax regression for the ``cells``
+    asked (the best β is validated only where a cell asks for it)."""
+    n = cfg.tang_scale_n_train
+    xt = torch.from_numpy(x[:n])
+    yt = torch.from_numpy(y[:n, None])
+    xq, yq = torch.from_numpy(x[n:]), torch.from_numpy(y[n:, None])
+    out = {}
+    for kind in dict.fromkeys(k for k, _ in cells):
+        xp, xqp = preprocess(kind, xt, xq)
+        for rule in (r for k, r in cells if k == kind):
+            if rule == "best beta":
+                beta, _ = validated_beta(
+                    xp,
+                    yt,
+                    softmax_regression,
+                    cfg.beta_multipliers,
+                    cfg.validation_fraction,
+                    np.random.default_rng([cfg.seed, SEED_TAG, 9, seed]),
+                )
+            else:
+                beta = 1 / math.sqrt(xp.shape[1]) if rule == "1/sqrt(d_k)" else 1.0
+            out[(kind, rule)] = (beta, mse(softmax_regression(xp, yt, xqp, beta), yq))
+    return out
+
+
 def scaling_rows(cfg: CompareConfig) -> list[dict[str, Any]]:
-    """One row per scenario × preprocessing × (separation, scale rule)."""
-    rng = np.random.default_rng([cfg.seed, SEED_TAG, 1])
-    d, n = cfg.tang_scale_d, cfg.tang_scale_n_train + cfg.n_test
-    draws = (rng.standard_normal((n, d)), rng.standard_normal(n), rng.standard_normal(d))
+    """One row per part × (``d_k`` or ``ρ``) × seed × preprocessing × temperature rule."""
     rows = []
-    for scenario in SCENARIOS:
-        data = scenario_data(scenario, cfg, draws)
-        x, y = torch.from_numpy(data.x_train), torch.from_numpy(data.y_train)
-        xt, yt = torch.from_numpy(data.x_test), torch.from_numpy(data.y_test)
-        ridge = mse(Ridge(cfg.ridge).predict(x, y, xt), yt)
-        split = [cfg.seed, SEED_TAG, 2]  # one validation split for every cell
-        fit, val = validation_split(
-            x.shape[0], cfg.validation_fraction, np.random.default_rng(split)
-        )
-        for kind in PREPROCESSING:
-            xp, xtp = preprocess(kind, x, xt)
-            beta, _ = validated_beta(
-                xp,
-                y,
-                softmax_regression,
-                cfg.beta_multipliers,
-                cfg.validation_fraction,
-                np.random.default_rng(split),
-            )
-            cells = (
-                ("identity", "1/N", 1.0, linear_regression_attention),
-                ("identity", "validated", best_scale(xp, y, fit, val), linear_regression_attention),
-                ("softmax", "1/sqrt(d_k)", 1 / math.sqrt(d), softmax_regression),
-                ("softmax", "validated", beta, softmax_regression),
-            )
-            for separation, rule, value, fn in cells:
-                test = mse(fn(xp, y, xtp, value), yt)
+    for seed in range(cfg.tang_seeds):
+        for dk in cfg.tang_dks:
+            z, eps, u = _draws(cfg, 1, seed, int(dk))
+            y = z @ u / math.sqrt(dk) + cfg.noise * eps
+            cells = tuple(("none", rule) for rule in RULES)
+            for (kind, rule), (beta, test) in _cells(z, y, cfg, seed, cells).items():
                 rows.append(
-                    {
-                        "section": SECTION,
-                        "part": "scaling",
-                        "scenario": scenario,
-                        "preprocessing": kind,
-                        "separation": separation,
-                        "scale_rule": rule,
-                        "scale": value,
-                        "test_mse": test,
-                        "ridge_test_mse": ridge,
-                        "test_mse_vs_ridge": test / ridge,
-                    }
+                    _row("scale", int(dk), 0.0, seed, kind, rule, beta, test)
+                    | {"n_train": cfg.tang_scale_n_train}
+                )
+        d = cfg.tang_scale_d
+        z, eps, u = _draws(cfg, 2, seed, d)
+        y = z @ u / math.sqrt(d) + cfg.noise * eps
+        for rho in cfg.tang_scale_rhos:
+            sigma = (1 - rho) * np.eye(d) + rho * np.ones((d, d))
+            vals, vecs = np.linalg.eigh(sigma)
+            x = z @ (vecs * np.sqrt(vals)) @ vecs.T  # Σ_ρ^{1/2} z (symmetric root)
+            cells = tuple((kind, rule) for kind, rule, _ in RHO_CELLS)
+            for (kind, rule), (beta, test) in _cells(x, y, cfg, seed, cells).items():
+                rows.append(
+                    _row("correlation", d, float(rho), seed, kind, rule, beta, test)
+                    | {"n_train": cfg.tang_scale_n_train}
                 )
     return rows
 
 
-def _ratio(rows: list[dict[str, Any]], scenario: str, kind: str, sep: str, rule: str) -> float:
-    """Test MSE / ridge's of one cell."""
-    return float(
-        next(
-            r["test_mse_vs_ridge"]
-            for r in rows
-            if (r["scenario"], r["preprocessing"], r["separation"], r["scale_rule"])
-            == (scenario, kind, sep, rule)
-        )
-    )
+def _row(
+    part: str, dk: int, rho: float, seed: int, kind: str, rule: str, beta: float, test: float
+) -> dict[str, Any]:
+    return {
+        "section": SECTION,
+        "part": f"scaling: {part}",
+        "n_train": 0,
+        "d_k": dk,
+        "rho": rho,
+        "seed": seed,
+        "preprocessing": kind,
+        "scale_rule": rule,
+        "beta": beta,
+        "test_mse": test,
+    }
 
 
-CELLS = (
-    ("identity", "validated", "identity, best c"),
-    ("softmax", "1/sqrt(d_k)", "softmax, β = 1/√d_k"),
-    ("softmax", "validated", "softmax, best β"),
-)
+def _mses(rows: list[dict[str, Any]], part: str, kind: str, rule: str, **at: Any) -> np.ndarray:
+    """Test MSE per seed (in seed order) of one cell."""
+    sel = [
+        r
+        for r in rows
+        if r["part"] == f"scaling: {part}"
+        and (r["preprocessing"], r["scale_rule"]) == (kind, rule)
+        and all(r[k] == v for k, v in at.items())
+    ]
+    return np.array([r["test_mse"] for r in sorted(sel, key=lambda r: r["seed"])])
+
+
+def _se(values: np.ndarray) -> float:
+    return float(values.std(ddof=1) / math.sqrt(values.size)) if values.size > 1 else math.nan
+
+
+def rho_slopes(rows: list[dict[str, Any]], kind: str, rule: str) -> np.ndarray:
+    """Per seed, the least-squares slope of test MSE in ρ (part 2) of one cell."""
+    rhos = sorted({r["rho"] for r in rows if r["part"] == "scaling: correlation"})
+    per_rho = np.stack([_mses(rows, "correlation", kind, rule, rho=rho) for rho in rhos])
+    return np.array([slope(rhos, per_rho[:, s]) for s in range(per_rho.shape[1])])
+
+
+def whitening_bound(rows: list[dict[str, Any]]) -> float:
+    """The float64 rounding bound ``u · κ(Σ_ρ) · N · d`` at the largest ρ of part 2
+    (``κ(Σ_ρ) = (1 + (d − 1)ρ)/(1 − ρ)``, ``u`` the unit roundoff): how far the whitened
+    cells' test MSE may move with ρ when the algebra says it does not move."""
+    sel = [r for r in rows if r["part"] == "scaling: correlation"]
+    rho, d, n = max(r["rho"] for r in sel), sel[0]["d_k"], sel[0]["n_train"]
+    kappa = (1 + (d - 1) * rho) / (1 - rho)
+    return float(np.finfo(np.float64).eps / 2 * kappa * n * d)
+
+
+def whitened_change(rows: list[dict[str, Any]]) -> float:
+    """The largest relative change over ρ (per seed, against the smallest ρ) of the whitened
+    cell's test MSE."""
+    rhos = sorted({r["rho"] for r in rows if r["part"] == "scaling: correlation"})
+    kind, rule, _ = RHO_CELLS[2]
+    per = np.stack([_mses(rows, "correlation", kind, rule, rho=rho) for rho in rhos])
+    return float(np.abs(per - per[0]).max() / per[0].min())
+
+
+def excess_slope(rows: list[dict[str, Any]], rule: str) -> float:
+    """The least-squares slope of ``log(mean test MSE(rule) / mean test MSE(best β))`` in
+    ``log d_k`` (part 1): > 0 when the rule falls behind the best β as ``d_k`` grows."""
+    dks = _dks(rows)
+    ratio = [
+        _mses(rows, "scale", "none", rule, d_k=dk).mean()
+        / _mses(rows, "scale", "none", "best beta", d_k=dk).mean()
+        for dk in dks
+    ]
+    return slope(np.log(dks), np.log(ratio))
+
+
+def _dks(rows: list[dict[str, Any]]) -> list[int]:
+    return sorted({int(r["d_k"]) for r in rows if r["part"] == "scaling: scale"})
 
 
 def _summary(rows: list[dict[str, Any]], cfg: CompareConfig) -> dict[str, Any]:
-    ridge = {r["scenario"]: float(r["ridge_test_mse"]) for r in rows}
-    table = [
-        [scenario, kind, ridge[scenario]]
-        + [_ratio(rows, scenario, kind, sep, rule) for sep, rule, _ in CELLS]
-        for scenario in SCENARIOS
-        for kind in PREPROCESSING
-    ]
-    hurt = {s: _ratio(rows, s, "none", "identity", "validated") for s in SCENARIOS}
-    fixed = hurt["unequal variances"] <= RELATIVE_LIMIT * hurt["iid"]
-    std = _ratio(rows, "unequal variances", "standardised", "identity", "validated")
-    return summary_table(
-        f"Attention regression on d_k = {cfg.tang_scale_d} inputs, "
-        f"{cfg.tang_scale_n_train} training rows (variance ratio {cfg.tang_variance_ratio:g}, "
-        f"ρ = {cfg.tang_rho:g}); test MSE / ridge's per attention.",
-        ["scenario", "preprocessing", "ridge test MSE"] + [label for *_, label in CELLS],
-        table,
-        note=(
-            f"A global scale {'does' if fixed else 'does not'} fix unequal variances: identity "
-            f"with the best c is ×{hurt['unequal variances']:.3g} ridge's there against "
-            f"×{hurt['iid']:.3g} on iid inputs; standardising gives ×{std:.3g}."
+    table = []
+    for dk in _dks(rows):
+        best = _mses(rows, "scale", "none", "best beta", d_k=dk)
+        cells = [_mses(rows, "scale", "none", rule, d_k=dk) for rule in RULES]
+        table.append(
+            [dk]
+            + [f"{m.mean():.4g} ± {_se(m):.2g}" for m in cells]
+            + [paired_z(cells[0], best), paired_z(cells[1], best)]
+        )
+    rho_table = []
+    rhos = sorted({r["rho"] for r in rows if r["part"] == "scaling: correlation"})
+    for kind, rule, label in RHO_CELLS:
+        m = [_mses(rows, "correlation", kind, rule, rho=rho) for rho in rhos]
+        s = rho_slopes(rows, kind, rule)
+        rho_table.append(
+            [label]
+            + [f"{v.mean():.4g}" for v in m]
+            + [f"{s.mean():.3g} ± {_se(s):.2g}", s.mean() / _se(s) if _se(s) > 0 else math.nan]
+        )
+    return {
+        QUESTION: summary_table(
+            f"Softmax attention regression on iid inputs, {cfg.tang_scale_n_train} training rows, "
+            f"noise σ = {cfg.noise:g}; test MSE (mean ± SE over {cfg.tang_seeds} seeds) and the "
+            "paired z against the best β (validated).",
+            ["d_k", "β = 1/√d_k", "β = 1", "best β", "z: 1/√d_k − best", "z: β=1 − best"],
+            table,
+            note=(
+                "Slope of log(test MSE / the best β's) in log d_k: "
+                f"{excess_slope(rows, RULES[0]):+.3g} with β = 1/√d_k, "
+                f"{excess_slope(rows, RULES[1]):+.3g} with β = 1 (> 0: falls behind the best "
+                "β as d_k grows)."
+            ),
         ),
-    )
-
-
-RELATIVE_LIMIT = 1.5
-"""A scenario is "handled" when its test MSE / ridge's is within this factor of the iid
-scenario's (with the same separation, scale rule and no preprocessing)."""
+        QUESTION_RHO: summary_table(
+            f"Equicorrelated inputs (d = {cfg.tang_scale_d}), the same task in whitened "
+            f"coordinates at every ρ; test MSE (mean over {cfg.tang_seeds} seeds) and the "
+            "slope of test MSE in ρ (mean ± SE over the seeds, and its z).",
+            ["cell"] + [f"ρ = {r:g}" for r in rhos] + ["slope in ρ", "z"],
+            rho_table,
+        ),
+    }
 
 
 def claims(rows: list[dict[str, Any]]) -> list[Claim]:
-    """Tang's two halves, each tested with the best global scale (identity c, softmax β) and
-    no preprocessing: the scenario's test MSE / ridge's over the iid scenario's."""
+    """Tang's √d_k remark as four paired readings (module docstring), thresholds
+    :data:`Z_LIMIT` paired standard errors over the seeds."""
+    dks = _dks(rows)
+    best = {dk: _mses(rows, "scale", "none", "best beta", d_k=dk) for dk in dks}
+    origin = f"{Z_LIMIT:g} paired standard errors over the seeds (Z_LIMIT)"
+    near = {
+        f"d_k = {dk}": paired_z(_mses(rows, "scale", "none", "1/sqrt(d_k)", d_k=dk), best[dk])
+        for dk in dks
+    }
+    large = dks[len(dks) // 2 :]
+    worse = {
+        f"d_k = {dk}": paired_z(_mses(rows, "scale", "none", "beta = 1", d_k=dk), best[dk])
+        for dk in large
+    }
 
-    def versus_iid(scenario: str) -> dict[str, float]:
-        return {
-            label: _ratio(rows, scenario, "none", sep, rule)
-            / _ratio(rows, "iid", "none", sep, rule)
-            for sep, rule, label in (CELLS[0], CELLS[2])
-        }
+    def slope_z(kind: str, rule: str) -> float:
+        s = rho_slopes(rows, kind, rule)
+        se = _se(s)
+        return float(s.mean() / se) if se > 0 else (0.0 if s.mean() == 0 else math.inf)
 
-    measurement = "test MSE / ridge's with the best global scale, relative to iid inputs"
-    words = TANG_SQRT_DK
-    origin = "within 1.5 × the iid scenario's error (attnreg's RELATIVE_LIMIT)"
+    scaled = {label: slope_z(kind, rule) for kind, rule, label in RHO_CELLS[:2]}
+    paired = "paired z over the seeds"
     return [
         Claim(
-            words,
+            TANG_SQRT_DK,
             REMARK,
-            measurement + " (unequal variances)",
-            versus_iid("unequal variances"),
-            Threshold("<=", RELATIVE_LIMIT, origin),
-            reading="handles the scale = a global scale keeps the error near the iid one",
+            f"test MSE with β = 1/√d_k minus with the best β, iid inputs ({paired})",
+            near,
+            Threshold("<=", Z_LIMIT, origin),
+            reading="handles the scale of key/query pairs = with β = 1/√d_k the error stays "
+            "within two paired standard errors of the best β's at every d_k",
         ),
         Claim(
-            words,
+            TANG_SQRT_DK,
             REMARK,
-            measurement + " (correlated)",
-            versus_iid("correlated"),
-            Threshold(">=", RELATIVE_LIMIT, origin),
-            reading="does not handle correlation = a global scale leaves the error above the "
-            "iid one",
+            f"test MSE with β = 1 minus with the best β, iid inputs, larger d_k ({paired})",
+            worse,
+            Threshold(">=", Z_LIMIT, origin),
+            reading="the division is needed = without it (β = 1) the error exceeds the best "
+            "β's by more than two paired standard errors as d_k grows",
+        ),
+        Claim(
+            TANG_SQRT_DK,
+            REMARK,
+            f"slope of test MSE in ρ, no preprocessing ({paired}: slope / its SE)",
+            scaled,
+            Threshold(">=", Z_LIMIT, origin),
+            reading="it does not handle correlated features = with a global scale the error "
+            "grows with ρ (slope more than two standard errors above zero)",
+        ),
+        Claim(
+            TANG_SQRT_DK,
+            IDENTITY,
+            "largest relative change of the whitened cell's test MSE over ρ (per seed)",
+            {RHO_CELLS[2][2]: whitened_change(rows)},
+            Threshold(
+                "<=",
+                whitening_bound(rows),
+                "float64 rounding u·κ(Σ_ρ)·N·d at the largest ρ: the whitened dot product is "
+                "invariant to x → Ax, so whitening handles correlation by algebra",
+            ),
         ),
     ]
 
 
 def figure(rows: list[dict[str, Any]]) -> FigureRecord:
-    """Test MSE / ridge's per scenario and preprocessing, one panel per (separation, rule)."""
+    """Left: test MSE against d_k per temperature rule (iid inputs); right: test MSE against ρ
+    per cell. Mean ± SE over the seeds."""
     from attnreg.output import new_figure
 
-    panels = [
-        ("identity", "validated", "identity, best global scale c"),
-        ("softmax", "1/sqrt(d_k)", "softmax, β = 1/√d_k"),
-        ("softmax", "validated", "softmax, best global β"),
-    ]
-    fig, axes = new_figure(1, 3, figsize=(13, 3.6), squeeze=False, sharey=True)
-    idx = np.arange(len(SCENARIOS))
-    width = 0.27
-    for ax, (sep, rule, title) in zip(axes[0], panels, strict=True):
-        for i, kind in enumerate(PREPROCESSING):
-            values = [_ratio(rows, s, kind, sep, rule) for s in SCENARIOS]
-            ax.bar(idx + (i - 1) * width, values, width, label=kind)
-        ax.axhline(1, color="black", linewidth=0.6)
-        ax.set_xticks(idx, [sc.replace(" ", "\n") for sc in SCENARIOS], fontsize=7)
-        ax.set_yscale("log")
-        ax.set_title(title, fontsize=9)
-        ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("test MSE / ridge's")
-    fig.suptitle("Attention regression: what a global scale, standardising and whitening fix")
+    fig, axes = new_figure(1, 2, figsize=(11, 3.8), squeeze=False)
+    dks = _dks(rows)
+    for rule, label in zip(RULES, ("β = 1/√d_k", "β = 1", "best β (validated)"), strict=True):
+        m = [_mses(rows, "scale", "none", rule, d_k=dk) for dk in dks]
+        axes[0][0].errorbar(
+            dks, [v.mean() for v in m], [_se(v) for v in m], marker="o", capsize=3, label=label
+        )
+    axes[0][0].set(xscale="log", xlabel="d_k (iid inputs)", ylabel="test MSE")
+    axes[0][0].set_xticks(dks, [str(dk) for dk in dks])
+    axes[0][0].set_title("Scale of key/query pairs", fontsize=10)
+    rhos = sorted({r["rho"] for r in rows if r["part"] == "scaling: correlation"})
+    for kind, rule, label in RHO_CELLS:
+        m = [_mses(rows, "correlation", kind, rule, rho=rho) for rho in rhos]
+        axes[0][1].errorbar(
+            rhos, [v.mean() for v in m], [_se(v) for v in m], marker="o", capsize=3, label=label
+        )
+    axes[0][1].set(xlabel="equicorrelation ρ", ylabel="test MSE")
+    axes[0][1].set_title("Correlated features", fontsize=10)
+    for ax in axes[0]:
+        ax.legend(fontsize=9)
+    fig.tight_layout()
     return FigureRecord(
         name="compare_tang_scaling",
         figure=fig,
         caption=(
-            "Test MSE of attention regression (no learned projections) relative to ridge's, per "
-            "input scenario and preprocessing (compare config: tang_scale_d, "
-            "tang_scale_n_train, tang_variance_ratio, tang_rho, noise, beta_multipliers)."
+            "Softmax attention regression without learned projections, test MSE (mean ± SE over "
+            "the seeds). Left: iid inputs, d_k from the config's tang_dks, β = 1/√d_k, β = 1 "
+            "and the validated best β. Right: equicorrelated inputs (tang_scale_d, "
+            "tang_scale_rhos), the same task in whitened coordinates at every ρ, without "
+            "preprocessing and whitened (compare config: tang_seeds, tang_scale_n_train, "
+            "noise, beta_multipliers)."
         ),
     )
 
@@ -297,8 +424,5 @@ def section(cfg: CompareConfig, datasets: dict[str, RegressionData]) -> Section:
         return Section()
     rows = scaling_rows(cfg)
     return Section(
-        rows=rows,
-        summary={QUESTION: _summary(rows, cfg)},
-        figures=[figure(rows)],
-        claims=claims(rows),
+        rows=rows, summary=_summary(rows, cfg), figures=[figure(rows)], claims=claims(rows)
     )

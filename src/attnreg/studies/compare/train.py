@@ -176,6 +176,11 @@ def train_cell(
         data.d, variant, whitening, qk, layernorm, init_scale=config.init_scale, seed=seed
     ).to(config.device)
     yf, yv = ytr[fit], ytr[val]
+    names = ["attn.hook_weights", "attn.hook_scores"]
+    initial = None
+    if keep_matrices:  # the untrained layer's attention on the test queries (locality's null)
+        with torch.no_grad(), torch_threads(config.threads):
+            initial = model.run_with_cache(xte, xtr, ytr, names=names, method="forward")[1]
 
     def loss_fn(step: int) -> torch.Tensor:
         return ((model(xtr, xtr, ytr, exclude_self=loo)[fit] - yf) ** 2).mean()
@@ -185,12 +190,11 @@ def train_cell(
 
     result = fit_recipe(model, loss_fn, eval_fn, config, seed)
     with torch.no_grad(), torch_threads(config.threads):
-        names = ["attn.hook_weights", "attn.hook_scores"]
         args = (xtr, xtr, ytr, loo)
         train_pred, cache = model.run_with_cache(*args, names=names, method="forward")
         a_train = cache["attn.hook_weights"][0]
         scores_train = cache["attn.hook_scores"][0]
-        test_pred = model(xte, xtr, ytr)
+        test_pred, test_cache = model.run_with_cache(xte, xtr, ytr, names=names, method="forward")
         metric = model.effective_metric(xtr)[0]
     row = _row(data.name, variant, whitening, qk, layernorm, seed) | {
         "train_mse": mse(train_pred, ytr),
@@ -216,7 +220,14 @@ def train_cell(
     }
     matrices: dict[str, torch.Tensor] = {}
     if keep_matrices:
-        matrices = {"weights": a_train, "scores": scores_train, "metric": metric}
+        matrices = {
+            "weights": a_train,
+            "scores": scores_train,
+            "metric": metric,
+            "test_weights": test_cache["attn.hook_weights"][0],
+        }
+        if initial is not None:
+            matrices["initial_test_weights"] = initial["attn.hook_weights"][0]
         if variant != "softmax":
             matrices["beta"] = metric @ xtr.mT @ ytr / xtr.shape[0]  # M XᵀY / N
     return Cell(row, training, matrices)
