@@ -218,7 +218,7 @@ def test_power_degree_rows_are_the_recall_of_the_weights_written_out():
         [r["recall"] for r in rows if (r["query"], r["similarity"]) == (row[0], row[1])]
         for row in table["rows"]
     ]
-    claim = next(c for c in capacity_claims(rows, cfg) if "degree" in c.words)
+    claim = next(c for c in capacity_claims(rows, cfg) if "degree" in c.quote.text)
     grows = [
         next(r["recall"] for r in rows if (r["query"], r["similarity"], r["power"]) == (*key, 60))
         > next(r["recall"] for r in rows if (r["query"], r["similarity"], r["power"]) == (*key, 2))
