@@ -183,11 +183,11 @@ def fu_table(trends: list[dict[str, Any]]) -> Answer:
     slope, and the run's convergence and loss against GD's."""
     t = trends[0]
     return summary_table(
-        f"The {t['layers']}-layer stacks' layers matched by Fu et al.'s metric (cosine of the "
-        "error vectors over the queries; best match = argmax): Newton step and GD step per "
-        f"layer; the line over layers {t['middle_layers'][0]}–{t['middle_layers'][-1]} of the "
-        "Newton steps (slope ± bootstrap standard error, R²) against the null, exact GD "
-        "iterates 1…L matched the same way; the GD steps' log-log slope (1: linear).",
+        f"The {t['layers']}-layer stacks by Fu et al.'s metric (cosine of the error vectors; "
+        "best match = argmax): Newton and GD step per layer; the Newton steps' line over "
+        f"layers {t['middle_layers'][0]}–{t['middle_layers'][-1]} (slope ± bootstrap standard "
+        "error, R²) against the null, exact GD iterates matched the same way; the GD steps' "
+        "log-log slope (1: linear).",
         [
             "κ",
             "N",
