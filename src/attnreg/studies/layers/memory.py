@@ -59,6 +59,15 @@ def delta_passes(
     ``"stalled"`` (no new lowest residual in ``stall`` passes) or ``"cap"`` (``cap``
     passes)."""
     trials, n, d = keys.shape
+    # one pass is affine in the state: S ← S A + B with A = P_1 ⋯ P_n, P_i = I − k_i k_iᵀ, and
+    # B = Σ_i v_i k_iᵀ P_{i+1} ⋯ P_n (built by one pass from S = 0 and from S = I)
+    eye = torch.eye(d, dtype=keys.dtype).expand(trials, d, d)
+    a, b = eye.clone(), torch.zeros(trials, d, d, dtype=keys.dtype)
+    for i in range(n):
+        k, v = keys[:, i], values[:, i]
+        a = a - torch.einsum("tij,tj->ti", a, k).unsqueeze(-1) * k.unsqueeze(-2)
+        err = v - torch.einsum("tij,tj->ti", b, k)
+        b = b + err.unsqueeze(-1) * k.unsqueeze(-2)
     state = torch.zeros(trials, d, d, dtype=keys.dtype)
     vnorm = values.norm(dim=-1)
     lowest, since = math.inf, 0
@@ -67,10 +76,7 @@ def delta_passes(
     passes = 0
     while passes < cap:
         passes += 1
-        for i in range(n):
-            k, v = keys[:, i], values[:, i]
-            err = v - torch.einsum("tij,tj->ti", state, k)
-            state = state + err.unsqueeze(-1) * k.unsqueeze(-2)
+        state = state @ a + b
         fitted = torch.einsum("tij,tnj->tni", state, keys)
         residual = float(((fitted - values).norm(dim=-1) / vnorm).max())
         if residual <= tol:
