@@ -21,7 +21,12 @@ evaluation tasks; ``cos_sensitivity``, ``model_diff``, ``pred_diff`` against the
 ``Γ`` their heads' summed :meth:`~attnreg.models.TrainableLSA.step_matrix` (``None``
 otherwise), and the reference's ``reference_eta``; ``plateau``: ``None`` if training showed no
 loss plateau, else a sentence saying where and whether the run
-escaped it or ended stuck on it (:func:`attnreg.plateaus.find_plateaus`).
+escaped it or ended stuck on it (:func:`attnreg.plateaus.find_plateaus`). Also in the rows
+(not the ``--json`` view), for the claims (:mod:`attnreg.studies.icl.claims`): ``loss_gap``,
+``loss_gap_se`` — the model's per-task loss minus the reference's, mean and standard error
+paired over the evaluation tasks; ``eta_gap``, ``eta_gap_se`` — the same for GD with the learned
+η against GD with the reference η; ``cos_null`` — OLS's sensitivity cosine with GD's on the same
+tasks (models whose reference is GD; NaN otherwise).
 """
 
 from __future__ import annotations

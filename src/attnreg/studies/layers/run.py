@@ -10,12 +10,14 @@ estimator's (with the parameter fitted at the full context), the Bayes-optimal p
 (ridge λ = σ², OLS without noise), GD with η line-searched per position and LMS at its best β
 (:mod:`attnreg.studies.layers.curves`). The memory side (:mod:`attnreg.studies.layers.memory`):
 recall of stored pairs against N/d for correlated keys — linear attention (dot-product memory)
-against DeltaNet and Mesa (pseudo-inverse memory): Tang's claim that regression memory holds
-exactly ``N_max = d`` pairs, measured in today's layers.
+against DeltaNet (one pass, and written until its residual is below ``memory_tol``) and Mesa
+(pseudo-inverse memory): Tang's claim that regression memory holds exactly ``N_max = d``
+pairs, and each trial's mean relative recall error paired across the memories.
 
 Rows (``kind``): ``"layer"`` (one per task kind × trained layer: learned scalar, losses, best
-family, its parameters and R²), ``"explain"`` (every family's fit), ``"position"`` (loss at
-every context size, layers and references), ``"memory"`` (one per memory × ρ × N).
+family, its parameters and R², ``vs_target`` — :func:`vs_target`), ``"explain"`` (every
+family's fit), ``"position"`` (loss at every context size, layers and references),
+``"memory"`` (one per memory × ρ × N).
 """
 
 from __future__ import annotations
