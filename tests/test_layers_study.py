@@ -13,8 +13,17 @@ from scipy.special import softmax
 
 from attnreg.estimators import LMS, LocalLinear
 from attnreg.explaining import explain
+from attnreg.studies.layers.claims import NULL_RATIO, PAIRED_SES, gain_z, layers_claims, paired_gain
 from attnreg.studies.layers.config import LayersConfig
-from attnreg.studies.layers.memory import capacity, correlated_pairs, memories, recall
+from attnreg.studies.layers.memory import (
+    CONVERGED,
+    capacity,
+    correlated_pairs,
+    delta_passes,
+    memories,
+    memory_rows,
+    recall,
+)
 from attnreg.studies.layers.model import InContextLayer, as_predictor
 from attnreg.studies.layers.run import run
 from attnreg.studies.registry import STUDIES
@@ -108,28 +117,141 @@ def test_explain_names_ridge_for_mesa_and_the_kernel_smoother_for_softmax():
     assert abs(ex.fit("kernel smoother").params["beta"] - 3.0) / 3.0 < 0.02
 
 
+def _lms_passes(kk, vv, tol, cap, stall):
+    """The delta rule (β = 1) pass after pass until the largest relative residual over the
+    trials is ≤ tol, no new lowest in ``stall`` passes, or ``cap`` passes — a numpy loop."""
+    t, _, d = kk.shape
+    s = np.zeros((t, d, d))
+    lowest, since, passes, stop, res = np.inf, 0, 0, "cap", np.inf
+    while passes < cap:
+        passes += 1
+        for j in range(t):
+            for ki, vi in zip(kk[j], vv[j], strict=True):
+                s[j] = s[j] + np.outer(vi - s[j] @ ki, ki)
+        res = max(
+            np.linalg.norm(s[j] @ ki - vi) / np.linalg.norm(vi)
+            for j in range(t)
+            for ki, vi in zip(kk[j], vv[j], strict=True)
+        )
+        if res <= tol:
+            stop = "tolerance"
+            break
+        if res < lowest:
+            lowest, since = res, 0
+        else:
+            since += 1
+            if since >= stall:
+                stop = "stalled"
+                break
+    return s, passes, stop, res
+
+
 def test_memory_read_outs_equal_numpy():
-    cfg = LayersConfig(memory_passes=3, memory_lam=1e-9)
+    cfg = LayersConfig(memory_passes=400, memory_lam=1e-9, memory_tol=1e-8)
     gen = torch.Generator().manual_seed(0)
     keys, values = correlated_pairs(gen, 2, 5, 8, 0.5)
     k, v = keys.numpy(), values.numpy()
     assert np.allclose(np.linalg.norm(k, axis=-1), 1)
+    s_np, passes, stop, res = _lms_passes(k, v, cfg.memory_tol, cfg.memory_passes, 20)
+    state, run_ = delta_passes(keys, values, cfg.memory_tol, cfg.memory_passes, 20)
+    assert (run_["passes"], run_["stop"]) == (passes, stop) and stop == "tolerance"
+    assert run_["residual"] == pytest.approx(res, rel=1e-9) and res <= 1e-8
+    np.testing.assert_allclose(state.numpy(), s_np, rtol=0, atol=1e-10)
+    one, _, _, _ = _lms_passes(k, v, 0.0, 1, 20)
     for t in range(2):
         kk, vv = k[t], v[t]
         hebb = kk @ kk.T @ vv
         ridge = kk @ np.linalg.solve(kk.T @ kk + 1e-9 * np.eye(8), kk.T @ vv)
-        s = np.zeros((8, 8))
-        for _ in range(3):
-            for ki, vi in zip(kk, vv, strict=True):
-                s = s + np.outer(ki, vi - s.T @ ki)
         for memory, want in (
             ("linear attention", hebb),
             ("Mesa", ridge),
-            ("DeltaNet ×3", kk @ s),
+            ("DeltaNet", kk @ one[t].T),  # one pass: the causal layer's delta rule
+            (CONVERGED, kk @ s_np[t].T),
         ):
             got = recall(memory, keys, values, cfg)[t].numpy()
             np.testing.assert_allclose(got, want, rtol=0, atol=1e-9, err_msg=memory)
-    assert memories(cfg) == ["linear attention", "DeltaNet", "DeltaNet ×3", "Mesa"]
+        np.testing.assert_allclose(kk @ s_np[t].T, vv, atol=1e-7)  # N ≤ d: interpolated
+    assert memories(cfg) == ["linear attention", "DeltaNet", CONVERGED, "Mesa"]
+    # N > d has no interpolant: the passes stall before the cap
+    keys, values = correlated_pairs(gen, 2, 12, 4, 0.5)
+    _, run_ = delta_passes(keys, values, 1e-6, 500, 20)
+    assert run_["stop"] == "stalled" and run_["passes"] < 500
+
+
+def test_graded_recall_error_is_a_numpy_loop_paired_over_the_same_draws():
+    cfg = LayersConfig(memory_d=4, memory_ratios=[0.5, 1.5], memory_rhos=[0.5], memory_trials=4)
+    rows = memory_rows(cfg)
+    for j, ratio in enumerate(cfg.memory_ratios):
+        n = round(ratio * 4)
+        gen = torch.Generator().manual_seed(cfg.seed * 10**6 + j)
+        keys, values = correlated_pairs(gen, 4, n, 4, 0.5)
+        k, v = keys.numpy(), values.numpy()
+        for m in memories(cfg):
+            row = next(r for r in rows if (r["memory"], r["n"]) == (m, n))
+            got = recall(m, keys, values, cfg).numpy()
+            want = [
+                np.mean(
+                    [np.sum((got[t, i] - v[t, i]) ** 2) / np.sum(v[t, i] ** 2) for i in range(n)]
+                )
+                for t in range(4)
+            ]
+            np.testing.assert_allclose(row["trial_errors"], want, rtol=1e-12, err_msg=m)
+            assert row["mean_error"] == pytest.approx(np.mean(want), rel=1e-12)
+        lin = next(r for r in rows if (r["memory"], r["n"]) == ("linear attention", n))
+        mesa = next(r for r in rows if (r["memory"], r["n"]) == ("Mesa", n))
+        diff = np.array(lin["trial_errors"]) - np.array(mesa["trial_errors"])
+        mean, se = paired_gain(lin["trial_errors"], mesa["trial_errors"])
+        assert mean == pytest.approx(diff.mean()) and se == pytest.approx(diff.std(ddof=1) / 2.0)
+    assert k.shape == (4, n, 4)
+
+
+def _memory_row(memory, rho, n, errors, recall_fraction=1.0):
+    return {
+        "kind": "memory",
+        "memory": memory,
+        "rho": rho,
+        "n": n,
+        "recall": recall_fraction,
+        "trial_errors": errors,
+    }
+
+
+def test_each_claim_can_pass_and_can_fail():
+    cfg = LayersConfig(memory_d=2, memory_rhos=[0.0, 0.5], memory_trials=4)
+    mems = memories(cfg)
+
+    def rows(vs_target, gain, mesa_recall):
+        out = [
+            {"kind": "layer", "tasks": "clean", "layer": "delta", "vs_target": vs_target},
+            {"kind": "layer", "tasks": "clean", "layer": "mesa", "vs_target": math.nan},
+        ]
+        lin = [1.0, 1.1, 0.9, 1.0]
+        for rho in cfg.memory_rhos:
+            for n in (1, 2):
+                out.append(_memory_row("linear attention", rho, n, lin, 0.0))
+                for m in mems[1:]:
+                    other = [e - gain + 0.01 * i for i, e in enumerate(lin)]
+                    out.append(_memory_row(m, rho, n, other, mesa_recall))
+        return out
+
+    # paired differences gain − 0.01 i: mean gain − 0.015, SE 0.0065
+    good = layers_claims(rows(0.5, 0.1, 1.0), cfg)
+    bad = layers_claims(rows(1.5, 0.02, 0.0), cfg)
+    assert [c.kind for c in good] == ["remark", "identity", "remark", "remark", "remark"]
+    assert [c.verdict() for c in good] == ["holds"] * 5
+    assert [c.verdict() for c in bad] == ["does not hold"] * 5
+    wang = good[0]
+    assert list(wang.values) == ["clean · delta"]  # the NaN (estimator = target) is left out
+    assert wang.threshold is not None and wang.threshold.limit == NULL_RATIO
+    assert "null measured in the same run" in wang.threshold.origin
+    gain = good[2]
+    assert set(gain.values) == {"ρ = 0.5, N = 1", "ρ = 0.5, N = 2"}  # only correlated keys
+    assert gain.threshold is not None and gain.threshold.limit == PAIRED_SES
+    assert "paired" in gain.threshold.origin
+    edge = layers_claims(rows(1.0, 0.015 + 2 * 0.00645497, 1.0), cfg)
+    assert edge[0].verdict() == "holds"  # ratio 1 is the null itself: ≤ passes
+    assert all(c.values[k] == pytest.approx(2.0, abs=1e-3) for c in edge[2:] for k in c.values)
+    assert gain_z(0.0, 0.0) == 0.0 and gain_z(1.0, 0.0) == math.inf
 
 
 TINY = {
@@ -143,7 +265,7 @@ TINY = {
     "memory_d": 4,
     "memory_ratios": [0.5, 1.0, 2.0],
     "memory_trials": 3,
-    "memory_passes": 2,
+    "memory_passes": 30,
 }
 
 
@@ -161,21 +283,29 @@ def _n_max(rows, memory, rho, eps):
 
 def _claims_are_the_rows(res, cfg, mem, layer_rows):
     """The ledger's numbers recomputed from the rows, its verdicts from the numbers."""
-    wang, mesa, gain = res.claims
-    assert wang.values == {f"{r['tasks']} · {r['layer']}": r["best_r2"] for r in layer_rows}
-    assert wang.threshold == cfg.min_r2
+    wang, mesa, *gains = res.claims
+    assert wang.values == {
+        f"{r['tasks']} · {r['layer']}": r["vs_target"]
+        for r in layer_rows
+        if math.isfinite(r["vs_target"])
+    }
+    assert wang.threshold is not None and wang.threshold.limit == NULL_RATIO
     want = {f"ρ = {rho:g}": _n_max(mem, "Mesa", rho, cfg.recall_eps) / 4 for rho in cfg.memory_rhos}
     assert mesa.values == want
     assert mesa.verdict() == "holds"  # Mesa with λ = 1e-10 recalls every N ≤ d = 4 exactly
-    assert min(want.values()) >= 1
-    linear = {rho: _n_max(mem, "linear attention", rho, cfg.recall_eps) for rho in (0.5, 0.9)}
-    for case, value in gain.values.items():
-        memory, rho = case.split(", ρ = ")
-        assert value == _n_max(mem, memory, float(rho), cfg.recall_eps) - linear[float(rho)]
-    ok = [v >= 1 for v in gain.values.values()]
-    assert gain.verdict() == (
-        "holds" if all(ok) else "does not hold" if not any(ok) else "holds with a condition"
-    )
+    assert [g.measurement.split(":")[0] for g in gains] == memories(cfg)[1:]
+    cell = {(r["memory"], r["rho"], r["n"]): r for r in mem}
+    for g, m in zip(gains, memories(cfg)[1:], strict=True):
+        for case, value in g.values.items():
+            rho, n = case.removeprefix("ρ = ").split(", N = ")
+            lin = np.array(cell[("linear attention", float(rho), int(n))]["trial_errors"])
+            other = np.array(cell[(m, float(rho), int(n))]["trial_errors"])
+            diff = lin - other
+            assert value == pytest.approx(diff.mean() / (diff.std(ddof=1) / math.sqrt(3)))
+        ok = [v >= 2 for v in g.values.values()]
+        assert g.verdict() == (
+            "holds" if all(ok) else "does not hold" if not any(ok) else "partial"
+        )
 
 
 def test_a_tiny_profile_runs_end_to_end_and_its_summary_is_its_rows():

@@ -21,7 +21,12 @@ evaluation tasks; ``cos_sensitivity``, ``model_diff``, ``pred_diff`` against the
 ``Γ`` their heads' summed :meth:`~attnreg.models.TrainableLSA.step_matrix` (``None``
 otherwise), and the reference's ``reference_eta``; ``plateau``: ``None`` if training showed no
 loss plateau, else a sentence saying where and whether the run
-escaped it or ended stuck on it (:func:`attnreg.plateaus.find_plateaus`).
+escaped it or ended stuck on it (:func:`attnreg.plateaus.find_plateaus`). Also in the rows
+(not the ``--json`` view), for the claims (:mod:`attnreg.studies.icl.claims`): ``loss_gap``,
+``loss_gap_se`` — the model's per-task loss minus the reference's, mean and standard error
+paired over the evaluation tasks; ``eta_gap``, ``eta_gap_se`` — the same for GD with the learned
+η against GD with the reference η; ``cos_null`` — OLS's sensitivity cosine with GD's on the same
+tasks (models whose reference is GD; NaN otherwise).
 """
 
 from __future__ import annotations
@@ -37,13 +42,14 @@ import torch
 from attnreg.constructions import OLSTransformer
 from attnreg.core.threads import torch_threads
 from attnreg.data.tasks import Tasks, TaskSampler, eval_loss
+from attnreg.estimators import GD, OLS
 from attnreg.explaining import explain
 from attnreg.models import TokenModel, TrainableLSA
 from attnreg.progress import Progress
 from attnreg.studies.common import StudyResult, check
 from attnreg.studies.icl.claims import icl_claims
 from attnreg.studies.icl.config import MODEL_SPECS, ICLConfig
-from attnreg.studies.icl.metrics import alignment
+from attnreg.studies.icl.metrics import alignment, paired, task_losses
 from attnreg.studies.icl.references import (
     Reference,
     fit_references,
@@ -126,6 +132,7 @@ def _run(cfg: ICLConfig, progress: Progress) -> StudyResult:
     histories: dict[str, list[dict[str, float]]] = {}
     summary: dict[str, str] = {}
     checkpoints: dict[str, tuple[TokenModel, dict[str, Any]]] = {}
+    cos_nulls: dict[int, float] = {}
     for i, (name, spec) in enumerate(specs.items()):
         seed = cfg.seed * 1000 + i
         ref = refs[spec.tasks][spec.reference]
@@ -151,10 +158,23 @@ def _run(cfg: ICLConfig, progress: Progress) -> StudyResult:
             model_fn(model), ref.predictor.predict, test.x_ctx, test.y_ctx, test.x_query
         )
         test_loss = eval_loss(model_fn(model), test)
+        tensors = (test.x_ctx, test.y_ctx, test.x_query, test.y_query)
+        ref_losses = task_losses(ref.predictor.predict, *tensors)
+        loss_gap, loss_gap_se = paired(task_losses(model_fn(model), *tensors), ref_losses)
         learned = (
             model.learned_eta()
             if isinstance(model, TrainableLSA) and spec.layers == 1 and spec.tasks == "uniform"
             else None
+        )
+        eta_gap, eta_gap_se = (
+            paired(task_losses(GD(learned, 1).predict, *tensors), ref_losses)
+            if learned is not None and ref.eta is not None
+            else (math.nan, math.nan)
+        )
+        cos_null = (
+            _cos_null(test, ref.predictor.predict, cos_nulls)
+            if spec.reference == "GD"
+            else math.nan
         )
         interp = (
             interpolation_loss(model, ref.eta, test)
@@ -181,6 +201,11 @@ def _run(cfg: ICLConfig, progress: Progress) -> StudyResult:
             "train_seconds": res.seconds,
             "train_cpu_seconds": res.cpu_seconds,
             "loss_ratio": test_loss / ref.loss,
+            "loss_gap": loss_gap,
+            "loss_gap_se": loss_gap_se,
+            "eta_gap": eta_gap,
+            "eta_gap_se": eta_gap_se,
+            "cos_null": cos_null,
             "interpolation_loss": interp,
             "preconditioner_cosine": (
                 preconditioner_cosine(model, samplers[spec.tasks])
@@ -239,6 +264,20 @@ def _run(cfg: ICLConfig, progress: Progress) -> StudyResult:
     result = StudyResult("icl", asdict(cfg), rows, figures, summary, checks, models=checkpoints)
     result.claims = icl_claims(rows, cfg)
     return result
+
+
+def _cos_null(test: Tasks, gd: Any, cache: dict[int, float]) -> float:
+    """The null for the sensitivity cosine, once per test set: OLS's cosine with GD's on the
+    same tasks (the exact least-squares solver, the other algorithm a trained layer could
+    implement)."""
+    key = id(test)
+    if key not in cache:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cache[key] = alignment(OLS().predict, gd, test.x_ctx, test.y_ctx, test.x_query)[
+                "cos_sensitivity"
+            ]
+    return cache[key]
 
 
 def _short(params: dict[str, Any]) -> str:

@@ -38,9 +38,11 @@ class LayersConfig:
     fresh batches of ``batch`` tasks. Memory: ``memory_d``-dimensional unit keys with pairwise
     correlation ρ ∈ ``memory_rhos``, ``N = r·memory_d`` pairs for r ∈ ``memory_ratios``,
     ``memory_trials`` draws each; a pair is recalled when its relative squared error is at most
-    ``recall_eps``. Checks: Mesa's largest relative squared error at ``N ≤ d`` at most
-    ``max_mesa_error``; each trained layer's best family's held-out R² at least ``min_r2``
-    (clean tasks)."""
+    ``recall_eps``. The multi-pass DeltaNet writes the pairs until its largest relative residual
+    is at most ``memory_tol``, it reaches no new lowest in ``memory_stall`` passes, or
+    ``memory_passes`` passes (the cap). Checks: Mesa's largest relative squared error at
+    ``N ≤ d`` at most ``max_mesa_error``; each trained layer's best family's held-out R² at
+    least ``min_r2`` (clean tasks)."""
 
     seed: int = 0
     d: int = 5
@@ -63,7 +65,9 @@ class LayersConfig:
     )
     memory_rhos: list[float] = field(default_factory=lambda: [0.0, 0.5, 0.9])
     memory_trials: int = 20
-    memory_passes: int = 20
+    memory_passes: int = 500
+    memory_tol: float = 1e-6
+    memory_stall: int = 20
     memory_lam: float = 1e-10
     recall_eps: float = 0.01
     threads: int = 1
@@ -85,6 +89,7 @@ class LayersConfig:
             "memory_d",
             "memory_trials",
             "memory_passes",
+            "memory_stall",
             "threads",
         ):
             check_positive_int(name, getattr(self, name))
@@ -98,7 +103,16 @@ class LayersConfig:
                 raise ValueError(f"{name}: must list at least one")
             for value in values:
                 check_choice(name, value, choices)
-        for name in ("lr", "clip", "condition", "memory_lam", "recall_eps", "max_mesa_error"):
+        for name in (
+            "lr",
+            "clip",
+            "condition",
+            "memory_lam",
+            "memory_tol",
+            "memory_stall",
+            "recall_eps",
+            "max_mesa_error",
+        ):
             check_positive(name, getattr(self, name))
         if self.condition < 1:
             raise ValueError(f"condition: must be >= 1, got {self.condition}")
@@ -136,7 +150,7 @@ def full_config(**changes: Any) -> LayersConfig:
         "memory_d": 32,
         "memory_ratios": [0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0],
         "memory_trials": 100,
-        "memory_passes": 50,
+        "memory_passes": 2000,
     }
     base.update(changes)
     return LayersConfig(**base)

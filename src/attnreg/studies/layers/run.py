@@ -10,16 +10,19 @@ estimator's (with the parameter fitted at the full context), the Bayes-optimal p
 (ridge λ = σ², OLS without noise), GD with η line-searched per position and LMS at its best β
 (:mod:`attnreg.studies.layers.curves`). The memory side (:mod:`attnreg.studies.layers.memory`):
 recall of stored pairs against N/d for correlated keys — linear attention (dot-product memory)
-against DeltaNet and Mesa (pseudo-inverse memory): Tang's claim that regression memory holds
-exactly ``N_max = d`` pairs, measured in today's layers.
+against DeltaNet (one pass, and written until its residual is below ``memory_tol``) and Mesa
+(pseudo-inverse memory): Tang's claim that regression memory holds exactly ``N_max = d``
+pairs, and each trial's mean relative recall error paired across the memories.
 
 Rows (``kind``): ``"layer"`` (one per task kind × trained layer: learned scalar, losses, best
-family, its parameters and R²), ``"explain"`` (every family's fit), ``"position"`` (loss at
-every context size, layers and references), ``"memory"`` (one per memory × ρ × N).
+family, its parameters and R², ``vs_target`` — :func:`vs_target`), ``"explain"`` (every
+family's fit), ``"position"`` (loss at every context size, layers and references),
+``"memory"`` (one per memory × ρ × N).
 """
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from dataclasses import asdict
@@ -29,7 +32,7 @@ import numpy as np
 import torch
 
 from attnreg.core.threads import torch_threads
-from attnreg.explaining import Explanation, explain
+from attnreg.explaining import Explanation, FamilyFit, explain
 from attnreg.progress import Progress
 from attnreg.studies.common import StudyResult
 from attnreg.studies.layers.claims import layers_claims
@@ -80,6 +83,30 @@ def _explain(model: InContextLayer, held: Any) -> Explanation:
         return explain(as_predictor(model), held)
 
 
+TIED = 1e-12
+"""Relative squared error below which an estimator's predictions are the targets (float64
+round-off)."""
+
+
+def vs_target(model: InContextLayer, fit: FamilyFit | None, held: Any) -> float:
+    """``MSE(layer, estimator) / MSE(layer, target)`` on the held-out half of ``held`` (the
+    half :func:`~attnreg.explaining.explain` scores on): below 1 when the fitted estimator is
+    closer to the layer's outputs than the targets are; NaN without a fitted predictor or when
+    the estimator reproduces the targets (relative squared error ≤ :data:`TIED`, e.g. OLS on
+    noiseless tasks), where the target is no null to tell it from."""
+    if fit is None or fit.predictor is None:
+        return math.nan
+    half = held.x_ctx.shape[0] // 2
+    xc, yc, xq = held.x_ctx[half:], held.y_ctx[half:], held.x_query[half:]
+    with torch.no_grad():
+        layer = as_predictor(model)(xc, yc, xq).to(torch.float64)
+        est = torch.as_tensor(fit.predictor.predict(xc, yc, xq)).to(torch.float64)
+    target = held.y_query[half:].to(torch.float64)
+    if float((est - target).pow(2).mean()) <= TIED * float(target.pow(2).mean()):
+        return math.nan  # the estimator is the target (noiseless OLS): no null to beat
+    return float((layer - est).pow(2).mean() / (layer - target).pow(2).mean())
+
+
 def _run(cfg: LayersConfig, progress: Progress) -> StudyResult:
     from attnreg.studies.layers.figures import make_figures  # matplotlib: only when run
 
@@ -110,6 +137,9 @@ def _run(cfg: LayersConfig, progress: Progress) -> StudyResult:
             ex = _explain(model, held)
             rows += [{"kind": "explain", "tasks": kind, "layer": layer, **r} for r in ex.rows()]
             best = ex.fit(ex.best) if ex.best is not None else None
+            top = best or max(
+                (f for f in ex.fits if not math.isnan(f.r2)), key=lambda f: f.r2, default=None
+            )
             if best is not None and best.predictor is not None:
                 family_losses = position_losses(prefix_predictions(best.predictor, *test), test[1])
                 rows += _position_rows(kind, f"{layer}: {best.family}", "family", family_losses)
@@ -127,6 +157,7 @@ def _run(cfg: LayersConfig, progress: Progress) -> StudyResult:
                     "best_family": ex.best,
                     "best_params": _params(best.params) if best else None,
                     "best_r2": best.r2 if best else max(f.r2 for f in ex.fits),
+                    "vs_target": vs_target(model, top, held),
                     "steps_run": res.steps_run,
                     "train_seconds": res.seconds,
                     "train_cpu_seconds": res.cpu_seconds,

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from attnreg.studies.common import check, summary_table
-from attnreg.studies.layers.claims import WANG
+from attnreg.studies.layers.claims import WANG, WANG_CORRELATIONS, gain_z, paired_gain
 from attnreg.studies.layers.config import LayersConfig
-from attnreg.studies.layers.memory import capacity, memories
+from attnreg.studies.layers.memory import CONVERGED, capacity, memories
 from attnreg.studies.ledger import CONDITIONAL, HOLDS, Claim
 from attnreg.studies.sources import TANG
 
@@ -18,19 +20,26 @@ def lead(claims: list[Claim], named: int, trained: int, cfg: LayersConfig) -> st
     """The answer in two or three short sentences: the claims the measurement contradicts (in
     full or in part) first, then the ones that hold, each named by a short label."""
     labels = (
-        (WANG, "every", f"each trained layer is one estimator (R² ≥ {cfg.min_r2:g})"),
-        (TANG, "the capacity", "Mesa stores N_max = d pairs exactly"),
         (
             WANG,
-            "on correlated",
-            "DeltaNet and Mesa recall more than linear attention on correlated keys",
+            "Prominent",
+            "each trained layer is closer to its named estimator than to the target",
         ),
+        (TANG, "", "Mesa stores N_max = d pairs exactly"),
     )
     found = [
         (label, claim)
         for source, start, label in labels
         for claim in claims
         if claim.source == source and claim.quote.text.startswith(start)
+    ] + [
+        (
+            f"{c.measurement.split(':')[0]} recalls better than linear attention "
+            "on correlated keys",
+            c,
+        )
+        for c in claims
+        if c.quote == WANG_CORRELATIONS
     ]
     against = [label for label, c in found if c.contradicted()]
     held = [label for label, c in found if c.verdict() in (HOLDS, CONDITIONAL)]
@@ -83,27 +92,39 @@ def summarise(
         table,
     )
     rhos = cfg.memory_rhos
+    conv = [r for r in mem if r["memory"] == CONVERGED]
+    stops = {k: sum(r["stop"] == k for r in conv) for k in ("tolerance", "stalled", "cap")}
+    cell = {(r["memory"], r["rho"], r["n"]): r for r in mem}
+
+    def at_d(m: str, rho: float) -> str:
+        r = cell.get((m, rho, d))
+        if r is None:
+            return "–"
+        errs = np.asarray(r["trial_errors"])
+        text = f"{errs.mean():.2g} ± {errs.std(ddof=1) / np.sqrt(errs.size):.1g}"
+        lin = cell.get(("linear attention", rho, d))
+        if lin is not None and m != "linear attention":
+            text += f" (gain {gain_z(*paired_gain(lin['trial_errors'], r['trial_errors'])):.3g} SE)"
+        return text
+
     summary["memory: pairs recalled against N/d"] = summary_table(
         f"N_max: the largest grid N (N/d = {', '.join(f'{x:g}' for x in cfg.memory_ratios)}; "
         f"d = {d}) up to which ≥ 1 − {cfg.recall_eps:g} of the pairs are recalled; then the "
-        f"mean relative squared error at N = d. Mesa's largest error at N ≤ d: {mesa_err:.1e}.",
+        f"mean relative squared recall error at N = d ± its standard error over "
+        f"{cfg.memory_trials} trials (and, for the regression memories, linear attention's "
+        f"error minus theirs in paired standard errors). Mesa's largest error at N ≤ d: "
+        f"{mesa_err:.1e}. {CONVERGED} wrote the pairs until the largest relative residual was "
+        f"≤ {cfg.memory_tol:g} in {stops['tolerance']} of {len(conv)} cells (up to "
+        f"{max((r['passes'] for r in conv), default=0)} passes); it stalled (no new lowest "
+        f"residual in {cfg.memory_stall} passes) in {stops['stalled']} and reached the cap "
+        f"({cfg.memory_passes} passes) in {stops['cap']}.",
         ["memory"]
         + [f"N_max, ρ = {rho:g}" for rho in rhos]
         + [f"error at N = d, ρ = {rho:g}" for rho in rhos],
         [
             [m]
             + [capacity(mem, m, rho, cfg.recall_eps) for rho in rhos]
-            + [
-                next(
-                    (
-                        f"{r['mean_error']:.2g}"
-                        for r in mem
-                        if r["memory"] == m and r["rho"] == rho and r["n"] == d
-                    ),
-                    "–",
-                )
-                for rho in rhos
-            ]
+            + [at_d(m, rho) for rho in rhos]
             for m in memories(cfg)
         ],
     )
