@@ -71,9 +71,10 @@ torch.set_num_threads(1)
 t_start = time.perf_counter()
 
 # %% [markdown]
-# Tang's claims as the `compare` study measures them — whitened against plain similarity on
+# Tang's remarks as the `compare` study measures them — whitened against plain similarity on
 # correlated patterns, and `1/√d_k` in attention regression without learned projections on
-# inputs with unequal variances or correlation — with the verdicts computed from the numbers
+# iid features of growing d_k and on correlated features — with the verdicts computed from
+# the numbers
 # (the whole ledger: [Claims ledger](../claims.html)):
 
 # %%

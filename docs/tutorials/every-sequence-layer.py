@@ -598,8 +598,11 @@ assert final["local linear attention"] < 0.5 * final["softmax attention"]
 #
 # The `layers` study (its quick profile, seed 0) trains one layer of each type on in-context
 # regression, lets `explain` name the estimator each computes, and measures recall of stored
-# pairs against `N/d` for correlated keys. The claims it tests — Wang, Shi & Fox's "every
-# sequence layer is a regression" and Tang's regression-as-memory capacity — with the numbers
+# pairs against `N/d` for correlated keys. The claims it tests — Wang, Shi & Fox's layers as
+# special cases of test-time regression (each trained layer against its named estimator,
+# beside the null of the targets), their remark that linear attention fails to capture
+# correlations between tokens (a recall error paired over trials), and Tang's
+# regression-as-memory capacity — with the numbers
 # and the verdicts computed from them (the whole ledger: [Claims ledger](../claims.html)):
 
 # %%
