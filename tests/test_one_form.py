@@ -77,6 +77,9 @@ ALLOWED: dict[str, str] = {
     "against: the GD, GD++, Newton–Schulz and kernel Richardson iterations and their "
     "rounding-error magnitudes",
     "studies/verify/stack_rows.py": "Newton's start α from ‖S Sᵀ‖_F of the d × d Gram S = XᵀX",
+    "studies/layers/memory.py": "DeltaNet written pass after pass over the same stored pairs "
+    "until its residual is below a tolerance: the affine pass map S ← S A + B and the "
+    "read-back S kᵢ, which no sequence layer computes (checked against a numpy LMS loop)",
 }
 
 

@@ -43,11 +43,11 @@ SEED_TAG = 11  # the stream of Σ: numpy SeedSequence([config.seed, SEED_TAG])
 def covariance(d: int, condition: float, rng: np.random.Generator) -> torch.Tensor:
     """``Σ = Q diag(λ) Qᵀ``, ``λ`` geometric from 1 to ``1/condition`` scaled to trace ``d``, ``Q``
     a random rotation (QR of a Gaussian matrix)."""
-    q, r = np.linalg.qr(rng.standard_normal((d, d)))
-    q = q * np.sign(np.diag(r))
+    vecs, r = np.linalg.qr(rng.standard_normal((d, d)))
+    vecs = vecs * np.sign(np.diag(r))
     lam = condition ** -np.linspace(0, 1, d)
     lam = lam * d / lam.sum()
-    return torch.from_numpy((q * lam) @ q.T)
+    return torch.from_numpy((vecs * lam) @ vecs.T)
 
 
 def optimal_metric(sigma: torch.Tensor, n: int) -> torch.Tensor:

@@ -285,7 +285,8 @@ def figure(rows: list[dict[str, Any]], cfg: CompareConfig) -> FigureRecord:
     from attnreg.output import new_figure
 
     ns = list(dict.fromkeys(r["n_patterns"] for r in rows))
-    fig, axes = new_figure(1, len(ns), figsize=(5.5 * len(ns), 4.0), squeeze=False)
+    # about 4 inches a panel: at the docs' 965-px column, labels stay above 9 px (test_docs)
+    fig, axes = new_figure(1, len(ns), figsize=(3.9 * len(ns) + 0.4, 3.8), squeeze=False)
     styles = {"dot": "--", "whitened dot": "-"}
     colours = {"identity": "tab:blue", "softmax": "tab:orange"}
     for ax, n in zip(axes[0], ns, strict=True):

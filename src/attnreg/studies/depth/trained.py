@@ -101,13 +101,13 @@ class CellSampler:
             return self.fixed.sample(batch, gen, dtype), sigma
         n, m, d = self.n_ctx, self.n_query, self.d
         z = torch.randn(batch, n + m, d, generator=gen, dtype=torch.float64)
-        q, r = torch.linalg.qr(torch.randn(batch, d, d, generator=gen, dtype=torch.float64))
-        q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)  # Haar
-        x = (z * torch.diagonal(sigma).sqrt()) @ q.mT
+        vecs, r = torch.linalg.qr(torch.randn(batch, d, d, generator=gen, dtype=torch.float64))
+        vecs = vecs * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)  # Haar
+        x = (z * torch.diagonal(sigma).sqrt()) @ vecs.mT
         w = torch.randn(batch, 1, d, generator=gen, dtype=torch.float64)
         y = x @ w.mT
         tasks = Tasks(x[:, :n], y[:, :n], x[:, n:], y[:, n:], w).to(dtype=dtype)
-        return tasks, q @ sigma @ q.mT
+        return tasks, vecs @ sigma @ vecs.mT
 
 
 def converged(losses: list[float]) -> tuple[bool, float]:
