@@ -18,6 +18,7 @@ from attnreg.bench import (
     p7_kernel_smoother,
     p8_floor,
     p8_sequence,
+    p9_training,
     parse_ids,
     run_benchmarks,
 )
@@ -288,8 +289,8 @@ def test_parse_ids_and_unknown_target():
     assert parse_ids(None) == list(TARGETS)
     assert parse_ids(["p3,P1", "P1"]) == ["P1", "P3"]
     with pytest.raises(ValueError, match="valid: P1"):
-        parse_ids(["P9"])
-    result = CliRunner().invoke(app, ["bench", "--only", "P9"])
+        parse_ids(["P10"])
+    result = CliRunner().invoke(app, ["bench", "--only", "P10"])
     assert result.exit_code != 0
 
 
@@ -337,6 +338,7 @@ def test_every_target_states_each_of_its_limits():
         "P6": bench_studies.P6_LIMITS,
         "P7": p7_kernel_smoother.LIMITS,
         "P8": p8_sequence.LIMITS,
+        "P9": p9_training.LIMITS,
     }
     assert sorted(tables) == list(TARGETS)
     for limits in tables.values():
@@ -346,3 +348,15 @@ def test_every_target_states_each_of_its_limits():
             assert limit.describe() in text
             if "{bound" in limit.text:  # the number in the text is the one checked against
                 assert f"{limit.bound:g}" in limit.describe() or f"{limit.bound:.2f}" in text
+
+
+def test_p9_smoke_row_follows_its_checks():
+    """P9 on the smoke sizes: fused, chunked and fla's chunked training steps all run, the verdict
+    follows the one check, and the value is the ratio of the recorded medians."""
+    row = p9_training.bench_p9(SMOKE, 1).row()
+    details = row["details"]
+    assert row["target"] == target_text(p9_training.LIMITS)
+    assert set(details["seconds"]) == {"fused", "chunk", "fla_chunk"}
+    assert row["value"] == details["seconds"]["chunk"] / details["seconds"]["fused"]
+    assert row["passed"] == all(c["passed"] for c in details["checks"])
+    assert details["first_call_seconds"] > 0

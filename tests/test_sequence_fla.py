@@ -21,7 +21,8 @@ import torch
 from attnreg.sequence import delta_rule, linear_attention, mesa
 
 B, H, T, D = 1, 2, 128, 8  # two blocks of the chunked forms
-MODES = ("chunk", "recurrent")
+MODES = ("fused", "chunk", "recurrent")
+MESA_MODES = ("chunk", "recurrent")  # Mesa has no fused form
 
 
 def naive(layer):
@@ -161,7 +162,7 @@ def test_gated_delta_rule(mode):
         assert torch.all(err <= tol)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MESA_MODES)
 @pytest.mark.parametrize("gated", [True, False])
 def test_mesa_net_exact(gated, mode):
     """MesaNet's exact reference: no query scaling, ``λ (H, d_k)``, gates as log-decays; the

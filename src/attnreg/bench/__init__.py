@@ -1,4 +1,4 @@
-"""``attnreg bench``: the performance targets P1–P8, measured in one run.
+"""``attnreg bench``: the performance targets P1–P9, measured in one run.
 
 The fp32 matmul rate of the machine (torch, 2048 × 2048) is measured first; then each target
 runs its workload and its reference in the same process on the same data, in alternation after
@@ -7,7 +7,8 @@ a child process) and pass / fail. See ``benchmarks/README.md``.
 
 One module per target — :mod:`~attnreg.bench.p1_ols`, :mod:`~attnreg.bench.p2_retrieval`,
 :mod:`~attnreg.bench.p3_linear_attention`, :mod:`~attnreg.bench.p7_kernel_smoother`,
-:mod:`~attnreg.bench.p8_sequence` (their sizes in :mod:`~attnreg.bench.sizes`) and
+:mod:`~attnreg.bench.p8_sequence`, :mod:`~attnreg.bench.p9_training` (their sizes in
+:mod:`~attnreg.bench.sizes`) and
 :mod:`~attnreg.bench.studies` (P4–P6) — each with its thresholds as data (``LIMITS``,
 :mod:`~attnreg.bench.limits`), from which both the printed target and the pass/fail checks are
 derived; the measuring is shared (:mod:`~attnreg.bench.common`).
@@ -26,12 +27,13 @@ from attnreg.bench import (
     p3_linear_attention,
     p7_kernel_smoother,
     p8_sequence,
+    p9_training,
 )
 from attnreg.bench.common import BenchResult, machine, matmul_rate, set_threads
 from attnreg.bench.sizes import SMOKE, Sizes
 from attnreg.bench.studies import guarded, p4_p6
 
-TARGETS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8")
+TARGETS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9")
 
 __all__ = ["TARGETS", "BenchResult", "parse_ids", "run_benchmarks"]
 
@@ -54,7 +56,7 @@ def parse_ids(only: Iterable[str] | None) -> list[str]:
 def dense_targets(
     ids: set[str], sizes: Sizes, repeat: int, rate: float, threads: int
 ) -> dict[str, Callable[[], BenchResult]]:
-    """The dense targets (P1–P3, P7, P8) among ``ids``, as deferred calls (each looks its
+    """The dense targets (P1–P3, P7–P9) among ``ids``, as deferred calls (each looks its
     ``bench_pN`` up in its module when called)."""
     table: dict[str, Callable[[], BenchResult]] = {
         "P1": lambda: p1_ols.bench_p1(sizes, repeat, rate),
@@ -62,6 +64,7 @@ def dense_targets(
         "P3": lambda: p3_linear_attention.bench_p3(sizes, repeat, rate, threads),
         "P7": lambda: p7_kernel_smoother.bench_p7(sizes, repeat, rate, threads),
         "P8": lambda: p8_sequence.bench_p8(sizes, repeat, rate, threads),
+        "P9": lambda: p9_training.bench_p9(sizes, repeat),
     }
     return {k: v for k, v in table.items() if k in ids}
 

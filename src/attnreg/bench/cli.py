@@ -50,14 +50,15 @@ def bench_command(
         True, help="Show which target is running and its elapsed time (on stderr)."
     ),
 ) -> None:
-    """Measure the performance targets P1–P8 in one run.
+    """Measure the performance targets P1–P9 in one run.
 
     P1 batched OLS through the constructed OLS-Transformer vs lstsq / Cholesky / scikit-learn;
     P2 softmax retrieval (200k memories) as a fraction of the fp32 matmul rate, peak memory;
     P3 linear / whitened attention over 1e6 tokens: time slope in N, peak memory;
     P4 one-layer LSA trained to GD; P5 capacity quick profile; P6 `attnreg report` quick;
     P7 softmax kernel smoother (1e6 keys, d=8, dy=1) vs SDPA with zero-padded values, memory;
-    P8 causal sequence layers (T=8192) vs flash-linear-attention's references, memory.
+    P8 causal sequence layers (T=8192) vs flash-linear-attention's references, memory;
+    P9 DeltaNet training step (forward + backward), fused vs autograd through the chunked form.
     The fp32 matmul rate (torch 2048²) is measured first. Exit status 1 if any target fails.
     """
     try:

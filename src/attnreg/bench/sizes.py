@@ -1,5 +1,5 @@
-"""Problem sizes of the dense targets P1–P3, P7 and P8: the full run, and the ``--smoke`` run (tiny
-sizes to check that the command works; its numbers mean nothing)."""
+"""Problem sizes of the dense targets P1–P3 and P7–P9: the full run, and the ``--smoke`` run
+(tiny sizes to check that the command works; its numbers mean nothing)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Sizes:
-    """Problem sizes of the dense targets P1–P3, P7 and P8, or of the ``--smoke`` run."""
+    """Problem sizes of the dense targets P1–P3, P7, P8 and P9, or of the ``--smoke`` run."""
 
     p1_tasks: int = 512
     p1_n: int = 64
@@ -26,6 +26,10 @@ class Sizes:
     p8_heads: int = 4
     p8_length: int = 8192
     p8_d: int = 64
+    p9_batch: int = 4
+    p9_heads: int = 4
+    p9_length: int = 2048
+    p9_d: int = 64
     matmul: int = 2048
 
 
@@ -46,5 +50,9 @@ SMOKE = Sizes(
     p8_heads=2,
     p8_length=256,
     p8_d=16,
+    p9_batch=1,
+    p9_heads=2,
+    p9_length=128,
+    p9_d=16,
     matmul=128,
 )

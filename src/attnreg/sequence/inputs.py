@@ -14,7 +14,7 @@ import torch
 
 from attnreg.core.validation import ArrayLike, as_tensor, check_choice, result_dtype
 
-MODES = ("chunk", "recurrent")
+MODES = ("auto", "fused", "chunk", "recurrent")
 
 
 def _parameter(name: str, value: float | ArrayLike, ndim: tuple[int, ...]) -> torch.Tensor:
@@ -116,8 +116,39 @@ def check_lam(lam: float | ArrayLike, like: torch.Tensor) -> torch.Tensor:
 
 
 def check_mode(mode: str) -> str:
-    """``"chunk"`` (block-parallel form) or ``"recurrent"`` (token by token)."""
+    """``"auto"``, ``"fused"`` (the compiled token recurrence), ``"chunk"`` (block-parallel
+    form) or ``"recurrent"`` (the token-loop reference)."""
     return check_choice("mode", mode, MODES)
+
+
+def choose_mode(mode: str, like: torch.Tensor, *, fused: bool = True) -> str:
+    """The form a layer computes, for ``mode`` and inputs like ``like``:
+
+    ========== ======================== ==========================================
+    mode       inputs on the CPU         inputs on an accelerator (e.g. CUDA)
+    ========== ======================== ==========================================
+    ``auto``   ``fused`` (``chunk`` for  ``chunk``
+               a layer without one)
+    ``fused``  ``fused``                 ``ValueError`` (the kernel is CPU code)
+    ``chunk``  ``chunk``                 ``chunk``
+    ========== ======================== ==========================================
+
+    ``recurrent`` is always itself. ``fused=False``: the layer has no fused form (its state
+    update is not diagonal plus rank one, e.g. Mesa), and ``mode="fused"`` is a ``ValueError``.
+    """
+    mode = check_mode(mode)
+    cpu = like.device.type == "cpu"
+    if mode == "auto":
+        return "fused" if fused and cpu else "chunk"
+    if mode == "fused":
+        if not fused:
+            raise ValueError(
+                "mode: 'fused' covers the layers whose state update is diagonal plus rank one; "
+                "this layer has no fused form (use 'auto', 'chunk' or 'recurrent')"
+            )
+        if not cpu:
+            raise ValueError(f"mode: 'fused' runs on the CPU only; the inputs are on {like.device}")
+    return mode
 
 
 def check_scale(scale: float) -> float:

@@ -5,9 +5,12 @@ One contract: ``layer(q, k, v, …) -> o`` with ``q, k (B, H, T, d_k)``, ``v (B,
 numpy arrays, float32 or float64 (computed in the widest of the three); per-token parameters
 (``beta``, ``decay``) are numbers, per-head constants ``(H,)`` or ``(B, H, T)`` tensors. A
 ``decay`` is the factor ``α_t ∈ (0, 1]`` applied to the state before token t is written. The
-queries are scaled by ``scale`` (default 1) and by nothing else. ``mode="chunk"`` (default)
-computes the block-parallel form, ``mode="recurrent"`` the token-by-token recurrence; both give
-the same numbers up to rounding.
+queries are scaled by ``scale`` (default 1) and by nothing else. ``mode="fused"`` computes the
+compiled token recurrence (:mod:`attnreg.sequence.fused`, for the layers whose state update is
+diagonal plus rank one, differentiable), ``mode="chunk"`` the block-parallel form,
+``mode="recurrent"`` the token-loop reference; all give the same numbers up to rounding.
+``mode="auto"`` (default) picks by :func:`attnreg.sequence.inputs.choose_mode`: fused on the CPU,
+chunk on an accelerator (and chunk for a layer without a fused form).
 
 Each layer's output is ``o_t = f̂_t(q_t)``, the read-out at the query of a regression fitted to
 the past pairs ``(k_i, v_i)``, ``i ≤ t`` (Wang, Shi & Fox 2025, "Test-time regression",
@@ -25,7 +28,8 @@ from attnreg.sequence.chunked import (
     diagonal_chunked,
     linear_chunked,
 )
-from attnreg.sequence.inputs import check_lam, check_mode, check_qkv, check_scale, per_token
+from attnreg.sequence.fused_autograd import fused
+from attnreg.sequence.inputs import check_lam, check_qkv, check_scale, choose_mode, per_token
 from attnreg.sequence.kernel import local_linear, softmax_fused
 from attnreg.sequence.mesa_blocked import mesa_chunked
 from attnreg.sequence.recurrent import (
@@ -55,7 +59,7 @@ def linear_attention(
     decay: float | ArrayLike | None = None,
     normalize: bool = False,
     scale: float = 1.0,
-    mode: str = "chunk",
+    mode: str = "auto",
 ) -> torch.Tensor:
     """Linear attention, optionally decayed: ``S_t = α_t S_{t−1} + k_t v_tᵀ``,
     ``o_t = S_tᵀ q_t`` (``S_0 = 0``). With ``normalize``, ``o_t`` is divided by ``z_tᵀ q_t``,
@@ -70,13 +74,15 @@ def linear_attention(
     """
     qt, kt, vt = check_qkv(q, k, v)
     alpha = decay_of(decay, kt)
-    check_mode(mode)
+    mode = choose_mode(mode, kt)
     check_flag("normalize", normalize)
     qt = qt * check_scale(scale)
     d_v = vt.shape[-1]
     if normalize:
         vt = torch.cat([vt, torch.ones_like(vt[..., :1])], dim=-1)
-    if mode == "chunk":
+    if mode == "fused":
+        out = fused(qt, kt, vt, alpha, None, False)
+    elif mode == "chunk":
         out = linear_chunked(qt, kt, vt, _log(alpha))
     else:
         out = linear_recurrent(qt, kt, vt, alpha)[0]
@@ -105,7 +111,7 @@ def delta_rule(
     *,
     decay: float | ArrayLike | None = None,
     scale: float = 1.0,
-    mode: str = "chunk",
+    mode: str = "auto",
 ) -> torch.Tensor:
     """DeltaNet, and with ``decay`` Gated DeltaNet: ``S' = α_t S_{t−1}``,
     ``S_t = S' + k_t (β_t (v_t − S'ᵀ k_t))ᵀ``, ``o_t = S_tᵀ q_t`` (``S_0 = 0``).
@@ -123,9 +129,11 @@ def delta_rule(
     qt, kt, vt = check_qkv(q, k, v)
     b = per_token("beta", beta, kt, low=0.0)
     alpha = decay_of(decay, kt)
-    check_mode(mode)
+    mode = choose_mode(mode, kt)
     qt = qt * check_scale(scale)
-    if mode == "chunk":
+    if mode == "fused":
+        out = fused(qt, kt, vt, alpha, b, True)
+    elif mode == "chunk":
         out = delta_chunked(qt, kt, vt, b, _log(alpha))
     else:
         out = delta_recurrent(qt, kt, vt, b, alpha)[0]
@@ -152,7 +160,7 @@ def longhorn(
     *,
     scale: float = 1.0,
     diagonal: bool = False,
-    mode: str = "chunk",
+    mode: str = "auto",
 ) -> torch.Tensor:
     """Longhorn: ``S_t = (I − ε_t k_t k_tᵀ) S_{t−1} + ε_t k_t v_tᵀ``,
     ``ε_t = β_t / (1 + β_t k_tᵀ k_t)``, ``o_t = S_tᵀ q_t`` (``S_0 = 0``).
@@ -167,13 +175,17 @@ def longhorn(
     """
     qt, kt, vt = check_qkv(q, k, v)
     eps = longhorn_step(per_token("beta", beta, kt, low=0.0), kt)
-    check_mode(mode)
+    mode = choose_mode(mode, kt)
     qt = qt * check_scale(scale)
     if diagonal:
-        if mode == "chunk":
+        if mode == "fused":
+            out = fused(qt, kt, vt, 1 - eps.unsqueeze(-1) * kt * kt, eps, False)
+        elif mode == "chunk":
             out = diagonal_chunked(qt, kt, vt, eps)
         else:
             out = diagonal_longhorn_recurrent(qt, kt, vt, eps)[0]
+    elif mode == "fused":
+        out = fused(qt, kt, vt, None, eps, True)
     elif mode == "chunk":
         out = delta_chunked(qt, kt, vt, eps, None)
     else:
@@ -190,7 +202,7 @@ def mesa(
     decay: float | ArrayLike | None = None,
     lam: float | ArrayLike,
     scale: float = 1.0,
-    mode: str = "chunk",
+    mode: str = "auto",
 ) -> torch.Tensor:
     """The Mesa layer / MesaNet: ``H^{kk}_t = α_t H^{kk}_{t−1} + β_t k_t k_tᵀ``,
     ``H^{kv}_t = α_t H^{kv}_{t−1} + β_t k_t v_tᵀ``, ``o_t = H^{kv}_tᵀ (H^{kk}_t + Λ)⁻¹ q_t``.
@@ -211,7 +223,7 @@ def mesa(
     b = per_token("beta", beta, kt, low=0.0)
     alpha = decay_of(decay, kt)
     lam_t = check_lam(lam, kt)
-    check_mode(mode)
+    mode = choose_mode(mode, kt, fused=False)
     qt = qt * check_scale(scale)
     if mode == "chunk":
         out = mesa_chunked(qt, kt, vt, b, _log(alpha), lam_t)

@@ -81,7 +81,7 @@ class LinearAttentionLayer(SequenceLayer):
     (``(B, H, T, d_k, d_v)``); with ``normalize``, ``hook_normalizer``: every ``z_t``
     (``(B, H, T, d_k)``)."""
 
-    def __init__(self, normalize: bool = False, scale: float = 1.0, mode: str = "chunk") -> None:
+    def __init__(self, normalize: bool = False, scale: float = 1.0, mode: str = "auto") -> None:
         super().__init__(scale)
         self.normalize = check_flag("normalize", normalize)
         self.mode = check_mode(mode)
@@ -114,7 +114,7 @@ class DeltaRuleLayer(SequenceLayer):
     """:func:`attnreg.sequence.delta_rule` (DeltaNet; Gated DeltaNet with ``decay``) as a
     module. ``hook_state``: every ``S_t`` (``(B, H, T, d_k, d_v)``)."""
 
-    def __init__(self, scale: float = 1.0, mode: str = "chunk") -> None:
+    def __init__(self, scale: float = 1.0, mode: str = "auto") -> None:
         super().__init__(scale)
         self.mode = check_mode(mode)
         self.hook_state = HookPoint()
@@ -142,7 +142,7 @@ class DeltaRuleLayer(SequenceLayer):
 class LonghornLayer(SequenceLayer):
     """:func:`attnreg.sequence.longhorn` as a module. ``hook_state``: every ``S_t``."""
 
-    def __init__(self, scale: float = 1.0, diagonal: bool = False, mode: str = "chunk") -> None:
+    def __init__(self, scale: float = 1.0, diagonal: bool = False, mode: str = "auto") -> None:
         super().__init__(scale)
         self.diagonal = check_flag("diagonal", diagonal)
         self.mode = check_mode(mode)
@@ -174,7 +174,7 @@ class MesaNetLayer(SequenceLayer):
     ``H^{kv}_t`` (``(B, H, T, d_k, d_v)``)."""
 
     def __init__(
-        self, lam: float | ArrayLike = 1.0, scale: float = 1.0, mode: str = "chunk"
+        self, lam: float | ArrayLike = 1.0, scale: float = 1.0, mode: str = "auto"
     ) -> None:
         super().__init__(scale)
         check_lam_values(lam)  # a bad λ is refused here, not at the first forward pass

@@ -1,4 +1,4 @@
-"""The sequence layers' timing workload: the chunked forms against flash-linear-attention's
+"""The sequence layers' timing workload: their default forms against flash-linear-attention's
 pure-PyTorch references (``fla-core``, its ``fla/ops/<layer>/naive.py`` files, loaded without
 importing the ``fla`` package, whose ``__init__`` needs Triton).
 
@@ -61,22 +61,23 @@ def workload_inputs(
     }
 
 
-def attnreg_call(layer: str, x: Inputs) -> torch.Tensor:
-    """The layer's chunked form on the workload (queries scaled by ``d_k^{-1/2}`` like fla's,
-    except Mesa's, which fla does not scale). ``"mesa"`` is the Mesa layer without decay
-    (von Oswald et al. 2023), ``"gated_mesa"`` MesaNet's, with the per-token decay ``α``."""
+def attnreg_call(layer: str, x: Inputs, mode: str = "auto") -> torch.Tensor:
+    """The layer in form ``mode`` (default ``"auto"``: the layer's default form) on the workload
+    (queries scaled by ``d_k^{-1/2}`` like fla's, except Mesa's, which fla does not scale).
+    ``"mesa"`` is the Mesa layer without decay (von Oswald et al. 2023), ``"gated_mesa"``
+    MesaNet's, with the per-token decay ``α``."""
     q, k, v, scale = x["q"], x["k"], x["v"], x["q"].shape[-1] ** -0.5
     if layer == "linear_attention":
-        return linear_attention(q, k, v, scale=scale)
+        return linear_attention(q, k, v, scale=scale, mode=mode)
     if layer == "gated_linear_attention":
-        return linear_attention(q, k, v, decay=x["alpha"], scale=scale)
+        return linear_attention(q, k, v, decay=x["alpha"], scale=scale, mode=mode)
     if layer == "delta_rule":
-        return delta_rule(q, k, v, x["beta"], scale=scale)
+        return delta_rule(q, k, v, x["beta"], scale=scale, mode=mode)
     if layer == "gated_delta_rule":
-        return delta_rule(q, k, v, x["beta"], decay=x["alpha"], scale=scale)
+        return delta_rule(q, k, v, x["beta"], decay=x["alpha"], scale=scale, mode=mode)
     if layer == "mesa":
-        return mesa(q, k, v, x["beta"], lam=x["lam"])
-    return mesa(q, k, v, x["beta"], decay=x["alpha"], lam=x["lam"])
+        return mesa(q, k, v, x["beta"], lam=x["lam"], mode=mode)
+    return mesa(q, k, v, x["beta"], decay=x["alpha"], lam=x["lam"], mode=mode)
 
 
 def fla_naive(layer: str) -> ModuleType:

@@ -55,14 +55,15 @@ class InContextLayer(nn.Module):
         return None if self.raw is None else float(nn.functional.softplus(self.raw.detach()))
 
     def layer(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """The sequence layer on ``(B, H, T, ·)`` inputs (recurrent mode: fastest at these T)."""
+        """The sequence layer on ``(B, H, T, ·)`` inputs, in its default form (the fused
+        recurrence on the CPU; Mesa's token loop, the fastest of its forms at these T)."""
         s = None if self.raw is None else nn.functional.softplus(self.raw).to(q.dtype)
         if self.kind == "linear":
-            return linear_attention(q, k, v, mode="recurrent")
+            return linear_attention(q, k, v)
         if self.kind == "delta":
-            return delta_rule(q, k, v, s, mode="recurrent")
+            return delta_rule(q, k, v, s)
         if self.kind == "longhorn":
-            return longhorn(q, k, v, s, mode="recurrent")
+            return longhorn(q, k, v, s)
         if self.kind == "mesa":
             return mesa(q, k, v, 1.0, lam=s, mode="recurrent")
         if self.kind == "softmax":

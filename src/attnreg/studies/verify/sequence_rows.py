@@ -32,7 +32,8 @@ roundoff and ``m_t`` stated per layer (sums of products of length ``d + n_t`` fo
 attention, ``(t + 1)`` non-expansive online steps for the delta rule and Longhorn, ``u · κ`` of
 each prefix's solve for Mesa, the scores' rounding and a convex sum for softmax, ``κ²`` of the
 local fit); the row's tolerance is ``max(base, u · max_t m_t / max |o|)``. The outputs are
-compared at every position; the layers run their chunked forms (``mode="chunk"``, the default).
+compared at every position; the layers run their default forms (``mode="auto"``: the fused
+recurrence on the CPU, Mesa's chunked form).
 """
 
 from __future__ import annotations

@@ -1,0 +1,281 @@
+"""The fused token recurrence of the diagonal-plus-rank-one layers: one compiled kernel family.
+
+Every layer whose state update is diagonal plus rank one,
+
+    ``S_t = (Diag(α_t) + a_t b_tᵀ) S_{t−1} + k_t w_tᵀ``,   ``o_t = S_tᵀ q_t``   (``S_0 = 0``),
+
+with ``S`` of shape ``d_k × d_v``, is computed here by one kernel, given its gates. The family
+is stated by three arrays and one flag:
+
+* ``alpha`` — ``α_t``: ``(B, H, T, 1)`` (one factor per token) or ``(B, H, T, d_k)`` (one per
+  state row);
+* ``beta`` — ``β_t`` ``(B, H, T)``: the write is ``w_t = β_t v_t`` and, with ``delta``, the
+  erase is ``a_t = k_t``, ``b_t = −β_t Diag(α_t) k_t`` (so ``w_t − b_tᵀ…`` is the delta rule's
+  ``u_t = β_t (v_t − S'ᵀ k_t)`` with ``S' = Diag(α_t) S_{t−1}``); without ``delta``, ``a_t = 0``.
+
+The layers today: linear attention (``α`` one factor or none, ``β = 1``), DeltaNet and Gated
+DeltaNet (``delta``, ``α`` one factor), Longhorn (``delta``, ``β = ε_t``, ``α = 1``) and its
+diagonal form (``α = 1 − ε_t k_t ⊙ k_t`` per row, ``β = ε_t``). A new layer of that shape gets
+its fused form by stating its ``alpha``, ``beta`` and ``delta``.
+
+The kernel makes one pass over the state per token: it updates row ``i``
+(``S_t[i] = α_{t,i} S_{t−1}[i] + k_{t,i} u_t``) and in the same pass accumulates the read-out
+``o_t += q_{t,i} S_t[i]`` and the next token's prediction
+``p_{t+1} += α_{t+1,i} k_{t+1,i} S_t[i]`` (``= S'ᵀ_{t+1} k_{t+1}``), so each token costs exactly
+the useful ``6 · d_k · d_v`` flops. The state is a local array; the inputs are read in place.
+Compiled with numba (``@njit(parallel=True, cache=True)``, IEEE arithmetic: no fastmath),
+parallel over batch × heads, float32 and float64.
+
+The backward pass (:mod:`attnreg.sequence.fused_autograd`) runs the same recurrence in reverse
+time from states stored every ``chunk`` tokens (as fla's ``fused_recurrent`` does; llama.cpp's
+``ggml_gated_delta_net`` is the same forward loop).
+
+Sources: fla's ``fla/ops/delta_rule/fused_recurrent.py`` and
+``fla/ops/gated_delta_rule/fused_recurrent.py`` (Yang et al.); llama.cpp's
+``ggml_gated_delta_net``.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+from numba import njit, prange
+
+
+@njit(parallel=True, cache=True, fastmath=False)
+def _forward_kernel(q, k, v, alpha, beta, delta, out, keep, kept):  # type: ignore[no-untyped-def]
+    """``out[b, h, t] = S_tᵀ q_t``; with ``keep > 0`` the state before token ``c · keep`` is
+    stored in ``kept[b, h, c]`` (the starts of the chunks the backward pass recomputes)."""
+    n_b, n_h, n_t, d_k = k.shape
+    d_v = v.shape[3]
+    per_row = alpha.shape[3] != 1
+    for bh in prange(n_b * n_h):
+        b = bh // n_h
+        h = bh % n_h
+        s = np.zeros((d_k, d_v), dtype=out.dtype)
+        pred = np.zeros(d_v, dtype=out.dtype)
+        nxt = np.zeros(d_v, dtype=out.dtype)
+        u = np.zeros(d_v, dtype=out.dtype)
+        o = np.zeros(d_v, dtype=out.dtype)
+        for t in range(n_t):
+            if keep > 0 and t % keep == 0:
+                kept[b, h, t // keep] = s
+            bt = beta[b, h, t]
+            if delta:
+                for j in range(d_v):
+                    u[j] = bt * (v[b, h, t, j] - pred[j])
+            else:
+                for j in range(d_v):
+                    u[j] = bt * v[b, h, t, j]
+            o[:] = 0
+            nxt[:] = 0
+            ahead = delta and t + 1 < n_t
+            for i in range(d_k):
+                a_i = alpha[b, h, t, i] if per_row else alpha[b, h, t, 0]
+                k_i = k[b, h, t, i]
+                q_i = q[b, h, t, i]
+                row = s[i]
+                if ahead:
+                    a_next = alpha[b, h, t + 1, i] if per_row else alpha[b, h, t + 1, 0]
+                    k_next = a_next * k[b, h, t + 1, i]
+                    for j in range(d_v):
+                        x = a_i * row[j] + k_i * u[j]
+                        row[j] = x
+                        o[j] += q_i * x
+                        nxt[j] += k_next * x
+                else:
+                    for j in range(d_v):
+                        x = a_i * row[j] + k_i * u[j]
+                        row[j] = x
+                        o[j] += q_i * x
+            for j in range(d_v):
+                out[b, h, t, j] = o[j]
+            pred, nxt = nxt, pred
+    return out
+
+
+@njit(parallel=True, cache=True, fastmath=False)
+def _backward_kernel(  # type: ignore[no-untyped-def]
+    q, k, v, alpha, beta, delta, grad_out, kept, chunk, dq, dk, dv, dalpha, dbeta
+):
+    """Reverse-time pass: per chunk of ``chunk`` tokens (last first), the states are recomputed
+    from the stored chunk start, then ``dS`` (the gradient of the loss in ``S_t``) is carried back
+    token by token: ``dS += q_t ∂o_tᵀ``; ``∂u_t = dSᵀ k_t``; ``∂k_t = dS u_t``;
+    with ``delta`` ``∂p_t = −β_t ∂u_t``, ``dS' = dS + k_t ∂p_tᵀ``, ``∂k_t += S' ∂p_t``;
+    ``∂α_{t,i} = Σ_j dS'_{ij} S_{t−1,ij}``; ``dS ← Diag(α_t) dS'``."""
+    n_b, n_h, n_t, d_k = k.shape
+    d_v = v.shape[3]
+    per_row = alpha.shape[3] != 1
+    for bh in prange(n_b * n_h):
+        b = bh // n_h
+        h = bh % n_h
+        ds = np.zeros((d_k, d_v), dtype=dq.dtype)
+        states = np.empty((chunk + 1, d_k, d_v), dtype=dq.dtype)
+        us = np.empty((chunk, d_v), dtype=dq.dtype)
+        rs = np.empty((chunk, d_v), dtype=dq.dtype)
+        du = np.empty(d_v, dtype=dq.dtype)
+        dp = np.empty(d_v, dtype=dq.dtype)
+        n_chunks = kept.shape[2]
+        for c in range(n_chunks - 1, -1, -1):
+            t0 = c * chunk
+            t1 = min(n_t, t0 + chunk)
+            states[0] = kept[b, h, c]
+            for t in range(t0, t1):
+                n = t - t0
+                bt = beta[b, h, t]
+                for j in range(d_v):
+                    rs[n, j] = v[b, h, t, j]
+                if delta:
+                    for i in range(d_k):
+                        a_i = alpha[b, h, t, i] if per_row else alpha[b, h, t, 0]
+                        k_i = k[b, h, t, i] * a_i
+                        for j in range(d_v):
+                            rs[n, j] -= k_i * states[n, i, j]
+                for j in range(d_v):
+                    us[n, j] = bt * rs[n, j]
+                for i in range(d_k):
+                    a_i = alpha[b, h, t, i] if per_row else alpha[b, h, t, 0]
+                    k_i = k[b, h, t, i]
+                    for j in range(d_v):
+                        states[n + 1, i, j] = a_i * states[n, i, j] + k_i * us[n, j]
+            for t in range(t1 - 1, t0 - 1, -1):
+                n = t - t0
+                bt = beta[b, h, t]
+                du[:] = 0
+                for i in range(d_k):
+                    q_i = q[b, h, t, i]
+                    k_i = k[b, h, t, i]
+                    acc_q = 0.0
+                    acc_k = 0.0
+                    for j in range(d_v):
+                        g = grad_out[b, h, t, j]
+                        acc_q += states[n + 1, i, j] * g
+                        x = ds[i, j] + q_i * g
+                        ds[i, j] = x
+                        du[j] += x * k_i
+                        acc_k += x * us[n, j]
+                    dq[b, h, t, i] = acc_q
+                    dk[b, h, t, i] = acc_k
+                acc_b = 0.0
+                for j in range(d_v):
+                    acc_b += du[j] * rs[n, j]
+                    dv[b, h, t, j] = bt * du[j]
+                    dp[j] = -bt * du[j] if delta else 0.0
+                dbeta[b, h, t] = acc_b
+                acc_a = 0.0
+                for i in range(d_k):
+                    a_i = alpha[b, h, t, i] if per_row else alpha[b, h, t, 0]
+                    k_i = k[b, h, t, i]
+                    acc_k = 0.0
+                    acc_r = 0.0
+                    for j in range(d_v):
+                        sp = states[n, i, j]
+                        g = ds[i, j] + k_i * dp[j]
+                        acc_k += sp * dp[j]
+                        acc_r += g * sp
+                        ds[i, j] = a_i * g
+                    dk[b, h, t, i] += a_i * acc_k
+                    if per_row:
+                        dalpha[b, h, t, i] = acc_r
+                    else:
+                        acc_a += acc_r
+                if not per_row:
+                    dalpha[b, h, t, 0] = acc_a
+    return dq
+
+
+def as_array(x: torch.Tensor) -> np.ndarray:
+    """``x`` as a C-contiguous numpy array sharing memory where it can (CPU tensors only)."""
+    return np.ascontiguousarray(x.detach().resolve_conj().numpy())
+
+
+def set_threads() -> None:
+    """numba's threads = torch's intra-op threads (``attnreg bench --threads`` and
+    :func:`attnreg.core.threads.torch_threads` set those), capped at numba's pool."""
+    pool = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+    numba.set_num_threads(max(1, min(torch.get_num_threads(), pool)))
+
+
+def gates(
+    k: torch.Tensor, alpha: torch.Tensor | None, beta: torch.Tensor | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``alpha`` as ``(B, H, T, 1 or d_k)`` and ``beta`` as ``(B, H, T)`` arrays (ones if None)."""
+    b, h, t = k.shape[:3]
+    if alpha is None:
+        a = np.ones((b, h, t, 1), dtype=as_dtype(k))
+    else:
+        a = as_array(alpha.unsqueeze(-1) if alpha.ndim == 3 else alpha)
+    bt = np.ones((b, h, t), dtype=as_dtype(k)) if beta is None else as_array(beta)
+    return a, bt
+
+
+def as_dtype(x: torch.Tensor) -> np.dtype:
+    """The numpy dtype of ``x`` (float32 or float64)."""
+    return np.dtype(np.float64) if x.dtype == torch.float64 else np.dtype(np.float32)
+
+
+def fused_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    alpha: torch.Tensor | None,
+    beta: torch.Tensor | None,
+    delta: bool,
+    *,
+    keep: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The family's recurrence (module docstring) for ``q, k (B, H, T, d_k)``,
+    ``v (B, H, T, d_v)``, ``alpha (B, H, T)`` or ``(B, H, T, d_k)`` or ``None`` (no decay),
+    ``beta (B, H, T)`` or ``None`` (1); returns ``o (B, H, T, d_v)`` and, with ``keep > 0``, the
+    states before tokens ``0, keep, 2·keep, …`` (``(B, H, ⌈T/keep⌉, d_k, d_v)``)."""
+    if k.device.type != "cpu":
+        raise ValueError(f"mode='fused' runs on the CPU only; got tensors on {k.device}")
+    set_threads()
+    qa, ka, va = as_array(q), as_array(k), as_array(v)
+    a, bt = gates(k, alpha, beta)
+    n_b, n_h, n_t, d_k = ka.shape
+    out = np.empty((n_b, n_h, n_t, va.shape[3]), dtype=ka.dtype)
+    n_kept = -(-n_t // keep) if keep > 0 else 1
+    kept = np.empty((n_b, n_h, n_kept if keep > 0 else 0, d_k, va.shape[3]), dtype=ka.dtype)
+    _forward_kernel(qa, ka, va, a, bt, bool(delta), out, int(keep), kept)
+    return torch.from_numpy(out), torch.from_numpy(kept) if keep > 0 else None
+
+
+def fused_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    alpha: torch.Tensor | None,
+    beta: torch.Tensor | None,
+    delta: bool,
+    grad_out: torch.Tensor,
+    kept: torch.Tensor,
+    chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients ``(∂q, ∂k, ∂v, ∂α, ∂β)`` of ``Σ ⟨grad_out, o⟩`` for :func:`fused_forward`'s
+    recurrence, from the states ``kept`` it stored every ``chunk`` tokens; ``∂α`` has the shape
+    of the gates array (``(B, H, T, 1)`` or ``(B, H, T, d_k)``), ``∂β`` ``(B, H, T)``."""
+    set_threads()
+    qa, ka, va = as_array(q), as_array(k), as_array(v)
+    a, bt = gates(k, alpha, beta)
+    dq, dk, dv = np.empty_like(qa), np.empty_like(ka), np.empty_like(va)
+    dalpha, dbeta = np.empty_like(a), np.empty_like(bt)
+    _backward_kernel(
+        qa,
+        ka,
+        va,
+        a,
+        bt,
+        bool(delta),
+        as_array(grad_out.to(k.dtype)),
+        as_array(kept),
+        int(chunk),
+        dq,
+        dk,
+        dv,
+        dalpha,
+        dbeta,
+    )
+    out = (dq, dk, dv, dalpha, dbeta)
+    return tuple(torch.from_numpy(x) for x in out)  # type: ignore[return-value]

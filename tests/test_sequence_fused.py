@@ -1,0 +1,176 @@
+"""The fused form (``mode="fused"``, :mod:`attnreg.sequence.fused`): the lengths around its
+chunk of stored states and below ``d_k`` against the numpy estimator references of
+``sequence_refs`` (float64, rounding-error bounds as in ``test_sequence``), float32 against
+the same references, its gradients by ``torch.autograd.gradcheck`` (float64, finite
+differences: independent of the backward kernel) for every layer it covers, the gradients at a
+length of several stored chunks against autograd through the token loop, and the choice of
+form (``mode="auto"``).
+"""
+
+import numpy as np
+import pytest
+import sequence_refs as ref
+import torch
+
+from attnreg.sequence import delta_rule, fused_autograd, linear_attention, longhorn, mesa
+from attnreg.sequence.inputs import choose_mode
+
+B, H, D, DV = 2, 2, 8, 5
+LENGTHS = (1, 3, 31, 33, 65)  # T = 1 and 3 < d_k; around 32 and 64
+
+
+def draw(t, seed, kind="random", normalize=True):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, H, t, D))
+    v = rng.standard_normal((B, H, t, DV))
+    if kind == "random":
+        k = rng.standard_normal((B, H, t, D))
+    else:  # every column ≈ one common factor
+        k = rng.standard_normal((B, H, t, 1)) + 0.01 * rng.standard_normal((B, H, t, D))
+    if normalize:
+        k = k / np.linalg.norm(k, axis=-1, keepdims=True)
+    beta = rng.uniform(0.0, 1.5, (B, H, t))
+    alpha = rng.uniform(0.5, 1.0, (B, H, t))
+    return q, k, v, beta, alpha
+
+
+def online_bound(q, mags, alpha, u=ref.U64):
+    """``8 u (d + n_t) t ‖q_t‖ m_t``: the contractive online updates' rounding (test_sequence)."""
+    t = q.shape[2]
+    steps = np.arange(1, t + 1)
+    return (
+        8 * u * (D + ref.heads(ref.log_budget, alpha)) * steps * np.linalg.norm(q, axis=-1) * mags
+    )
+
+
+@pytest.mark.parametrize("kind", ["random", "correlated"])
+@pytest.mark.parametrize("t", LENGTHS)
+def test_fused_delta_rules_are_online_least_squares(t, kind):
+    q, k, v, beta, alpha = draw(t, t, kind)
+    for gate in (None, alpha):
+        full = np.ones((B, H, t)) if gate is None else gate
+        want, mags = ref.heads(ref.lms, q, k, v, beta, full)
+        bound = online_bound(q, mags, full)
+        fused = delta_rule(q, k, v, beta, decay=gate, mode="fused").numpy()
+        loop = delta_rule(q, k, v, beta, decay=gate, mode="recurrent").numpy()
+        assert np.all(np.linalg.norm(fused - want, axis=-1) <= bound)
+        assert np.all(np.linalg.norm(fused - loop, axis=-1) <= 2 * bound)
+
+
+@pytest.mark.parametrize("t", LENGTHS)
+def test_fused_linear_attention_is_the_weighted_sum(t):
+    q, k, v, _, alpha = draw(t, 100 + t, normalize=False)
+    for gate in (None, alpha):
+        full = np.ones((B, H, t)) if gate is None else gate
+        out = linear_attention(q, k, v, decay=gate, scale=0.7, mode="fused").numpy()
+        want, mag = ref.heads(ref.weighted_sum, 0.7 * q, k, v, full)
+        tol = 4 * ref.U64 * (D + ref.heads(ref.log_budget, full))[..., None] * mag
+        assert np.all(np.abs(out - want) <= tol)
+
+
+@pytest.mark.parametrize("t", LENGTHS)
+def test_fused_longhorn_is_the_proximal_step(t):
+    q, k, v, beta, _ = draw(t, 200 + t, normalize=False)
+    out = longhorn(q, k, v, beta, mode="fused").numpy()
+    want = ref.heads(ref.proximal, q, k, v, beta)
+    eps = beta / (1 + beta * (k * k).sum(-1))
+    ones = np.ones((B, H, t))
+    _, mags = ref.heads(ref.lms, q, k, v, eps, ones)
+    assert np.all(np.linalg.norm(out - want, axis=-1) <= online_bound(q, mags, ones))
+    diag = longhorn(q, k, v, beta, diagonal=True, mode="fused").numpy()
+    want = ref.heads(ref.diagonal_proximal, q, k, v, beta)
+    steps = np.arange(1, t + 1)
+    n_diag = D + steps * (1 + np.cumsum(-np.log1p(-eps * (k * k).max(-1)), axis=-1))
+    bound = 8 * ref.U64 * n_diag * steps * np.linalg.norm(q, axis=-1) * mags
+    assert np.all(np.linalg.norm(diag - want, axis=-1) <= bound)
+
+
+def test_fused_float32_is_within_its_bound():
+    """float32 inputs stay float32 and agree with the float64 reference to ``u₃₂``'s bound."""
+    t = 65
+    q, k, v, beta, alpha = draw(t, 7)
+    f32 = [torch.from_numpy(x.astype(np.float32)) for x in (q, k, v, beta, alpha)]
+    out = delta_rule(f32[0], f32[1], f32[2], f32[3], decay=f32[4], mode="fused")
+    assert out.dtype == torch.float32
+    # the reference on the float32-rounded inputs: only the arithmetic's rounding is left
+    q, k, v, beta, alpha = (x.double().numpy() for x in f32)
+    want, mags = ref.heads(ref.lms, q, k, v, beta, alpha)
+    u32 = float(np.finfo(np.float32).eps) / 2
+    bound = online_bound(q, mags, alpha, u=u32)
+    assert np.all(np.linalg.norm(out.double().numpy() - want, axis=-1) <= bound)
+
+
+def _gradcheck(fn, *inputs):
+    xs = [torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in inputs]
+    assert torch.autograd.gradcheck(fn, xs)
+
+
+@pytest.fixture
+def short_chunks(monkeypatch):
+    """States stored every 4 tokens, so T = 9 crosses two chunk boundaries of the backward."""
+    monkeypatch.setattr(fused_autograd, "CHUNK", 4)
+
+
+def test_gradcheck_delta_rule_and_gated(short_chunks):
+    q, k, v, beta, alpha = draw(9, 1)
+    _gradcheck(lambda q, k, v, b: delta_rule(q, k, v, b, mode="fused"), q, k, v, beta)
+    _gradcheck(
+        lambda q, k, v, b, a: delta_rule(q, k, v, b, decay=a, scale=0.5, mode="fused"),
+        q,
+        k,
+        v,
+        beta,
+        alpha,
+    )
+
+
+def test_gradcheck_linear_attention(short_chunks):
+    q, k, v, _, alpha = draw(9, 2, normalize=False)
+    _gradcheck(lambda q, k, v: linear_attention(q, k, v, mode="fused"), q, k, v)
+    _gradcheck(lambda q, k, v, a: linear_attention(q, k, v, decay=a, mode="fused"), q, k, v, alpha)
+    pos = [np.abs(x) + 0.1 for x in (q, k)]
+    _gradcheck(lambda q, k, v: linear_attention(q, k, v, normalize=True, mode="fused"), *pos, v)
+
+
+def test_gradcheck_longhorn(short_chunks):
+    q, k, v, beta, _ = draw(9, 3, normalize=False)
+    _gradcheck(lambda q, k, v, b: longhorn(q, k, v, b, mode="fused"), q, k, v, beta)
+    _gradcheck(lambda q, k, v, b: longhorn(q, k, v, b, diagonal=True, mode="fused"), q, k, v, beta)
+
+
+def test_gradients_equal_autograd_through_the_token_loop():
+    """T = 150: three stored chunks of 64, the last partial; d_k ≠ d_v. The reference is torch's
+    autograd through the token loop (no code of the backward kernel)."""
+    q, k, v, beta, alpha = draw(150, 4)
+    grads = []
+    for mode in ("fused", "recurrent"):
+        xs = [torch.tensor(x, requires_grad=True) for x in (q, k, v, beta, alpha)]
+        out = delta_rule(*xs[:4], decay=xs[4], mode=mode)
+        weights = torch.from_numpy(np.random.default_rng(5).standard_normal(out.shape))
+        (out * weights).sum().backward()
+        grads.append([x.grad for x in xs])
+    # the reverse recurrence is the forward's adjoint: T rank-one updates of d-term products,
+    # so the forward's bound with the gradients' magnitude in place of the outputs'
+    t = q.shape[2]
+    for fused, loop in zip(*grads, strict=True):
+        bound = 8 * ref.U64 * (D + t) * t * float(loop.abs().max())
+        assert float((fused - loop).abs().max()) <= bound
+
+
+def test_auto_picks_fused_on_the_cpu_and_chunk_elsewhere():
+    cpu = torch.zeros(1, 1, 1, 1)
+    meta = torch.zeros(1, 1, 1, 1, device="meta")  # stands in for an accelerator
+    assert choose_mode("auto", cpu) == "fused"
+    assert choose_mode("auto", meta) == "chunk"
+    assert choose_mode("auto", cpu, fused=False) == "chunk"
+    assert choose_mode("chunk", cpu) == "chunk"
+    assert choose_mode("recurrent", meta) == "recurrent"
+    with pytest.raises(ValueError, match="CPU only"):
+        choose_mode("fused", meta)
+    with pytest.raises(ValueError, match="no fused form"):
+        choose_mode("fused", cpu, fused=False)
+    q, k, v, beta, _ = draw(3, 6)
+    with pytest.raises(ValueError, match="no fused form"):
+        mesa(q, k, v, beta, lam=1.0, mode="fused")
+    with pytest.raises(ValueError, match="mode"):
+        delta_rule(q, k, v, beta, mode="fast")
