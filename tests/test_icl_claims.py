@@ -13,7 +13,9 @@ import torch
 from attnreg.estimators import GD
 from attnreg.studies.icl.claims import PAIRED_SES, icl_claims
 from attnreg.studies.icl.config import ICLConfig
-from attnreg.studies.icl.metrics import in_ses, paired, task_losses
+from attnreg.studies.icl.metrics import task_losses
+from attnreg.studies.paired import in_standard_errors as in_ses
+from attnreg.studies.paired import paired_difference as paired
 
 
 def _row(name, loss_z, cos, eta_z, null=0.8, plateau=None):

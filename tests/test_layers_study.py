@@ -13,7 +13,7 @@ from scipy.special import softmax
 
 from attnreg.estimators import LMS, LocalLinear
 from attnreg.explaining import explain
-from attnreg.studies.layers.claims import NULL_RATIO, PAIRED_SES, gain_z, layers_claims, paired_gain
+from attnreg.studies.layers.claims import NULL_RATIO, PAIRED_SES, layers_claims
 from attnreg.studies.layers.config import LayersConfig
 from attnreg.studies.layers.memory import (
     CONVERGED,
@@ -26,6 +26,8 @@ from attnreg.studies.layers.memory import (
 )
 from attnreg.studies.layers.model import InContextLayer, as_predictor
 from attnreg.studies.layers.run import run
+from attnreg.studies.paired import in_standard_errors as gain_z
+from attnreg.studies.paired import paired_difference as paired_gain
 from attnreg.studies.registry import STUDIES
 
 U64 = 2.0**-53

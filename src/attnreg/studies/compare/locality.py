@@ -26,7 +26,7 @@ from their hooks (:func:`~attnreg.studies.compare.train.train_cell`).
 
 The remark ("Attention operates locally", about attention as trained) is read on the trained
 softmax layer: per test query, ``log PR(trained softmax) − log PR(ridge hat)``, paired over the
-queries (:func:`~attnreg.studies.compare.tang_retrieval.paired_z`); local = more than two
+queries (:func:`~attnreg.studies.paired.paired_z`); local = more than two
 paired standard errors below the hat matrix's.
 
 Both measures are invariant to a positive rescaling of ``a``, so the operators' ``1/N`` factors
@@ -47,8 +47,9 @@ from attnreg.data.regression import RegressionData
 from attnreg.studies.common import FigureRecord, Section, summary_table
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import hat_matrix
-from attnreg.studies.compare.tang_retrieval import Z_LIMIT, paired_z
+from attnreg.studies.compare.tang_retrieval import Z_LIMIT
 from attnreg.studies.ledger import REMARK, Claim, Threshold
+from attnreg.studies.paired import paired_z
 from attnreg.studies.quotes import WOJIAO_LOCAL
 
 SECTION = "locality"

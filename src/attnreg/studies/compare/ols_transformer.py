@@ -39,8 +39,8 @@ from attnreg.plateaus import PlateauWarning
 from attnreg.studies.common import FigureRecord
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import best_scale_distance, mse
-from attnreg.studies.compare.tang_retrieval import paired_z
 from attnreg.studies.compare.train import load_mode
+from attnreg.studies.paired import paired_z
 from attnreg.training import TrainConfig, train
 
 SHIFTS = ("mean", "scale", "covariance")

@@ -44,6 +44,7 @@ from attnreg.data.regression import RegressionData
 from attnreg.studies.common import FigureRecord, Section, summary_table
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.ledger import REMARK, Claim, Threshold
+from attnreg.studies.paired import paired_z
 from attnreg.studies.quotes import TANG_WHITENING
 
 SECTION = "tang"
@@ -69,17 +70,6 @@ def correlated_patterns(
 def mix(z: np.ndarray, c: np.ndarray, rho: float) -> torch.Tensor:
     """``√(1−ρ) z + √ρ c 1`` of the draws ``z (…, d)`` and ``c (…, 1)``."""
     return torch.from_numpy(math.sqrt(1 - rho) * z + math.sqrt(rho) * c)
-
-
-def paired_z(a: np.ndarray, b: np.ndarray) -> float:
-    """``mean(a − b) / SE(a − b)`` over paired samples (``SE = sd/√n``, ``ddof = 1``); 0 when
-    every difference is 0, ``±inf`` when they are equal and non-zero."""
-    diff = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-    mean = float(diff.mean())
-    se = float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else math.nan
-    if se == 0:
-        return 0.0 if mean == 0 else math.copysign(math.inf, mean)
-    return mean / se
 
 
 def retrieval_accuracy(

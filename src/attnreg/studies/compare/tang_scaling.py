@@ -51,6 +51,7 @@ from attnreg.studies.compare.density import validated_beta
 from attnreg.studies.compare.metrics import mse
 from attnreg.studies.compare.tang_retrieval import SECTION, SEED_TAG
 from attnreg.studies.ledger import IDENTITY, REMARK, Claim, Threshold
+from attnreg.studies.paired import paired_z
 from attnreg.studies.quotes import TANG_SQRT_DK
 
 QUESTION = "Tang: does 1/√d_k handle the scale of key/query pairs, and not correlation?"
@@ -108,17 +109,6 @@ def best_scale(x: torch.Tensor, y: torch.Tensor, fit: Any, val: Any) -> float:
     ``p = linear_regression_attention(X_fit, Y_fit, X_val)`` on the validation rows."""
     p = linear_regression_attention(x[fit], y[fit], x[val])
     return float((p * y[val]).sum() / (p * p).sum())
-
-
-def paired_z(a: list[float] | np.ndarray, b: list[float] | np.ndarray) -> float:
-    """``mean(a − b) / SE(a − b)`` over paired samples (``SE = sd/√n``, ``ddof = 1``); 0 when
-    every difference is 0, ``±inf`` when they are equal and non-zero."""
-    diff = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-    mean = float(diff.mean())
-    se = float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else math.nan
-    if se == 0:
-        return 0.0 if mean == 0 else math.copysign(math.inf, mean)
-    return mean / se
 
 
 def slope(x: list[float] | np.ndarray, y: list[float] | np.ndarray) -> float:

@@ -39,6 +39,7 @@ from attnreg.estimators import GD, OLS, Ridge
 from attnreg.models import TrainableLSA
 from attnreg.progress import Progress
 from attnreg.studies.depth.config import DepthConfig
+from attnreg.studies.paired import in_standard_errors, paired_difference
 from attnreg.training import TrainConfig, generator, train
 
 LAMBDA_GRID = tuple(10.0 ** (e / 4) for e in range(-16, 9))  # 1e-4 … 1e2: the mixture's λ
@@ -174,25 +175,17 @@ def paired(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
     ``a − b`` and its standard error, the ratio ``mean a / mean b`` and its standard error
     (delta method on the paired means), and ``z = difference / standard error``."""
     n = len(a)
-    diff = a - b
+    diff, se = paired_difference(a, b)
     ma, mb = float(a.mean()), float(b.mean())
-    se = float(diff.std() / math.sqrt(n))
     ratio = ma / mb
     lin = (a - ratio * b) / mb  # the ratio's influence function
     return {
-        "diff": float(diff.mean()),
+        "diff": diff,
         "diff_se": se,
         "ratio": ratio,
         "ratio_se": float(lin.std() / math.sqrt(n)),
-        "z": _z(float(diff.mean()), se),
+        "z": in_standard_errors(diff, se),
     }
-
-
-def _z(diff: float, se: float) -> float:
-    """``diff / se``; with ``se = 0`` the sign of ``diff`` as ±∞ (0 when they agree exactly)."""
-    if se > 0:
-        return diff / se
-    return 0.0 if diff == 0 else math.copysign(math.inf, diff)
 
 
 def per_task(prediction: torch.Tensor, tasks: Tasks, d: int) -> torch.Tensor:
@@ -400,7 +393,7 @@ def noiseless_rows(cfg: DepthConfig, progress: Progress) -> list[dict[str, Any]]
         ols = per_task(_quiet_predict(OLS(), tasks), tasks, d)
         avg = per_task(_quiet_predict(GD(1.0, 1), tasks), tasks, d)
         diff = trained - ols
-        se = float(diff.std() / math.sqrt(len(diff)))
+        se = paired_difference(trained, ols)[1]
         rows.append(
             {"kind": "noiseless_curve", "n_ctx": k, "d": d, "layers": cfg.noiseless_layers}
             | {"steps": cfg.noise_steps, "theory": min_norm_error(d, k, 0.0, tau)}
@@ -408,7 +401,7 @@ def noiseless_rows(cfg: DepthConfig, progress: Progress) -> list[dict[str, Any]]
             | {"ols_error": float(ols.mean()), "ols_stderr": float(ols.std() / len(diff) ** 0.5)}
             | {"averaging_error": float(avg.mean())}
             | {"diff": float(diff.mean()), "diff_se": se}
-            | {"z": _z(float(diff.mean()), se)}
+            | {"z": in_standard_errors(float(diff.mean()), se)}
             | conv
         )
     return rows
@@ -491,7 +484,7 @@ def mixed_rows(cfg: DepthConfig, progress: Progress, bins: int = 4) -> list[dict
                 | {"seeds": cfg.mixed_seeds, "steps": cfg.noise_steps}
                 | {f"adjusted_{k}": float((e - oracle).mean()) for k, e in errs.items()}
                 | {"diff": float(diff.mean()), "diff_se": se}
-                | {"z": _z(float(diff.mean()), se)}
+                | {"z": in_standard_errors(float(diff.mean()), se)}
                 | {"converged": all(c["converged"] for c in convs)}
                 | {"beats_const": float(trained.mean()) < float(refs["const_rr"].mean())}
             )

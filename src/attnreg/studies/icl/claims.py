@@ -21,8 +21,8 @@ import math
 from typing import Any
 
 from attnreg.studies.icl.config import ICLConfig
-from attnreg.studies.icl.metrics import in_ses
 from attnreg.studies.ledger import EMPIRICAL, Claim, Quote, Regime, Threshold
+from attnreg.studies.paired import in_standard_errors
 from attnreg.studies.sources import VON_OSWALD
 
 PAPER_REGIME = (
@@ -45,7 +45,7 @@ NULL_ORIGIN = (
 
 def _z(r: dict[str, Any], gap: str) -> float:
     """A row's paired gap (``loss_gap``, ``eta_gap``) in its standard errors."""
-    return in_ses(float(r[gap]), float(r[f"{gap}_se"]))
+    return in_standard_errors(float(r[gap]), float(r[f"{gap}_se"]))
 
 
 def _regime(rows: dict[str, dict[str, Any]], cfg: ICLConfig) -> Regime:

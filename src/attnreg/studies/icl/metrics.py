@@ -12,7 +12,6 @@ cosine compares the implicit weights the two models use on each task.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
@@ -68,19 +67,3 @@ def task_losses(
     with torch.no_grad():
         out = predict(x_ctx, y_ctx, x_query).to(torch.float64).reshape(y_query.shape)
     return 0.5 * (out - y_query.to(torch.float64)).pow(2).flatten(1).mean(1)
-
-
-def paired(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
-    """The mean of ``a − b`` over the same tasks and its standard error (sample standard
-    deviation of the differences / √tasks)."""
-    diff = (a - b).to(torch.float64)
-    if diff.numel() < 2:
-        return float(diff.mean()), math.nan
-    return float(diff.mean()), float(diff.std(correction=1) / math.sqrt(diff.numel()))
-
-
-def in_ses(mean: float, se: float) -> float:
-    """``mean`` in standard errors (0 when both are 0)."""
-    if se == 0:
-        return 0.0 if mean == 0 else math.copysign(math.inf, mean)
-    return mean / se

@@ -49,7 +49,7 @@ from attnreg.progress import Progress
 from attnreg.studies.common import StudyResult, check
 from attnreg.studies.icl.claims import icl_claims
 from attnreg.studies.icl.config import MODEL_SPECS, ICLConfig
-from attnreg.studies.icl.metrics import alignment, paired, task_losses
+from attnreg.studies.icl.metrics import alignment, task_losses
 from attnreg.studies.icl.references import (
     Reference,
     fit_references,
@@ -64,6 +64,7 @@ from attnreg.studies.icl.train import (
     preconditioner_cosine,
     train_model,
 )
+from attnreg.studies.paired import paired_difference
 from attnreg.training import TrainResult, generator
 
 JSON_KEYS = (
@@ -160,14 +161,16 @@ def _run(cfg: ICLConfig, progress: Progress) -> StudyResult:
         test_loss = eval_loss(model_fn(model), test)
         tensors = (test.x_ctx, test.y_ctx, test.x_query, test.y_query)
         ref_losses = task_losses(ref.predictor.predict, *tensors)
-        loss_gap, loss_gap_se = paired(task_losses(model_fn(model), *tensors), ref_losses)
+        loss_gap, loss_gap_se = paired_difference(
+            task_losses(model_fn(model), *tensors), ref_losses
+        )
         learned = (
             model.learned_eta()
             if isinstance(model, TrainableLSA) and spec.layers == 1 and spec.tasks == "uniform"
             else None
         )
         eta_gap, eta_gap_se = (
-            paired(task_losses(GD(learned, 1).predict, *tensors), ref_losses)
+            paired_difference(task_losses(GD(learned, 1).predict, *tensors), ref_losses)
             if learned is not None and ref.eta is not None
             else (math.nan, math.nan)
         )

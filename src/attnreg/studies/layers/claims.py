@@ -21,11 +21,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from attnreg.studies.layers.config import LayersConfig
 from attnreg.studies.layers.memory import capacity, memories
 from attnreg.studies.ledger import IDENTITY, REMARK, Claim, Quote, Threshold
+from attnreg.studies.paired import paired_z
 from attnreg.studies.quotes import TANG_CAPACITY
 from attnreg.studies.sources import WANG_SHI_FOX
 
@@ -47,22 +46,6 @@ PAIRED_SES = 2.0
 """How many paired standard errors a memory's gain over linear attention must exceed."""
 NULL_RATIO = 1.0
 """``MSE(layer, estimator) / MSE(layer, target)`` of the null predictor, the target itself."""
-
-
-def paired_gain(linear: list[float], other: list[float]) -> tuple[float, float]:
-    """The mean over trials of ``linear − other`` (errors on the same draws) and its standard
-    error (sample standard deviation of the differences / √trials; NaN for one trial)."""
-    diff = np.asarray(linear, dtype=float) - np.asarray(other, dtype=float)
-    if diff.size < 2:
-        return float(diff.mean()) if diff.size else math.nan, math.nan
-    return float(diff.mean()), float(diff.std(ddof=1) / math.sqrt(diff.size))
-
-
-def gain_z(mean: float, se: float) -> float:
-    """The gain in paired standard errors (0 when both are 0: identical errors)."""
-    if se == 0:
-        return 0.0 if mean == 0 else math.copysign(math.inf, mean)
-    return mean / se
 
 
 def layers_claims(rows: list[dict[str, Any]], cfg: LayersConfig) -> list[Claim]:
@@ -118,8 +101,7 @@ def layers_claims(rows: list[dict[str, Any]], cfg: LayersConfig) -> list[Claim]:
             linear = cell.get(("linear attention", rho, n))
             if name != m or rho <= 0 or linear is None:
                 continue
-            mean, se = paired_gain(linear["trial_errors"], r["trial_errors"])
-            values[f"ρ = {rho:g}, N = {n}"] = gain_z(mean, se)
+            values[f"ρ = {rho:g}, N = {n}"] = paired_z(linear["trial_errors"], r["trial_errors"])
         if values:
             out.append(
                 Claim(

@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 
 from attnreg.studies.common import check, summary_table
-from attnreg.studies.layers.claims import WANG, WANG_CORRELATIONS, gain_z, paired_gain
+from attnreg.studies.layers.claims import WANG, WANG_CORRELATIONS
 from attnreg.studies.layers.config import LayersConfig
 from attnreg.studies.layers.memory import CONVERGED, capacity, memories
 from attnreg.studies.ledger import CONDITIONAL, HOLDS, Claim
+from attnreg.studies.paired import paired_z
 from attnreg.studies.sources import TANG
 
 
@@ -104,7 +105,7 @@ def summarise(
         text = f"{errs.mean():.2g} ± {errs.std(ddof=1) / np.sqrt(errs.size):.1g}"
         lin = cell.get(("linear attention", rho, d))
         if lin is not None and m != "linear attention":
-            text += f" (gain {gain_z(*paired_gain(lin['trial_errors'], r['trial_errors'])):.3g} SE)"
+            text += f" (gain {paired_z(lin['trial_errors'], r['trial_errors']):.3g} SE)"
         return text
 
     summary["memory: pairs recalled against N/d"] = summary_table(
