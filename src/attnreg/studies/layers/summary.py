@@ -33,17 +33,15 @@ def lead(claims: list[Claim], named: int, trained: int, cfg: LayersConfig) -> st
         for source, start, label in labels
         for claim in claims
         if claim.source == source and claim.quote.text.startswith(start)
-    ] + [
-        (
-            f"{c.measurement.split(':')[0]} recalls better than linear attention "
-            "on correlated keys",
-            c,
-        )
-        for c in claims
-        if c.quote == WANG_CORRELATIONS
     ]
+    memory = [(c.measurement.split(":")[0], c) for c in claims if c.quote == WANG_CORRELATIONS]
     against = [label for label, c in found if c.contradicted()]
     held = [label for label, c in found if c.verdict() in (HOLDS, CONDITIONAL)]
+    beaten = "recall better than linear attention on correlated keys"
+    if worse := [name for name, c in memory if c.contradicted()]:
+        against.append(f"{', '.join(worse)} {beaten}")
+    if better := [name for name, c in memory if c.verdict() in (HOLDS, CONDITIONAL)]:
+        held.append(f"{', '.join(better)} {beaten}")
     parts = []
     if against:
         parts.append(f"Contradicted (in full or in part, see the ledger): {'; '.join(against)}.")
