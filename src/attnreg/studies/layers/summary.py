@@ -107,16 +107,11 @@ def summarise(
         return text
 
     summary["memory: pairs recalled against N/d"] = summary_table(
-        f"N_max: the largest grid N (N/d = {', '.join(f'{x:g}' for x in cfg.memory_ratios)}; "
-        f"d = {d}) up to which ≥ 1 − {cfg.recall_eps:g} of the pairs are recalled; then the "
-        f"mean relative squared recall error at N = d ± its standard error over "
-        f"{cfg.memory_trials} trials (and, for the regression memories, linear attention's "
-        f"error minus theirs in paired standard errors). Mesa's largest error at N ≤ d: "
-        f"{mesa_err:.1e}. {CONVERGED} wrote the pairs until the largest relative residual was "
-        f"≤ {cfg.memory_tol:g} in {stops['tolerance']} of {len(conv)} cells (up to "
-        f"{max((r['passes'] for r in conv), default=0)} passes); it stalled (no new lowest "
-        f"residual in {cfg.memory_stall} passes) in {stops['stalled']} and reached the cap "
-        f"({cfg.memory_passes} passes) in {stops['cap']}.",
+        f"N_max: the largest N (N/d = {', '.join(f'{x:g}' for x in cfg.memory_ratios)}; "
+        f"d = {d}) with ≥ 1 − {cfg.recall_eps:g} of the pairs recalled. Error: the mean "
+        f"relative squared recall error at N = d ± its SE over {cfg.memory_trials} trials "
+        f"(regression memories: linear attention's minus theirs, in paired SEs). Mesa's "
+        f"largest error at N ≤ d: {mesa_err:.1e}.",
         ["memory"]
         + [f"N_max, ρ = {rho:g}" for rho in rhos]
         + [f"error at N = d, ρ = {rho:g}" for rho in rhos],
@@ -126,6 +121,11 @@ def summarise(
             + [at_d(m, rho) for rho in rhos]
             for m in memories(cfg)
         ],
+        note=f"{CONVERGED} wrote the pairs until the largest relative residual was "
+        f"≤ {cfg.memory_tol:g} in {stops['tolerance']} of {len(conv)} cells (up to "
+        f"{max((r['passes'] for r in conv), default=0)} passes); it stalled (no new lowest "
+        f"residual in {cfg.memory_stall} passes) in {stops['stalled']} and reached the cap "
+        f"({cfg.memory_passes} passes) in {stops['cap']}.",
     )
     checks.append(
         check(
