@@ -257,3 +257,21 @@ def test_gd_grid_reaches_a_thousand_steps():
     assert GD_GRID[:17] == tuple(range(17)) and GD_GRID[-1] == 1024
     ratios = [b / a for a, b in itertools.pairwise(GD_GRID[16:])]
     assert ratios == pytest.approx([2**0.5] * len(ratios), rel=0.05)
+
+
+def test_seeds_are_cases_and_their_spread_is_in_the_run_regime():
+    rows = [
+        trend_row(seed=s, kappa=k, newton_slope=slope)
+        for k, slopes in ((1.0, (2.0, 3.0, 4.0)), (100.0, (1.0, 1.0, 1.0)))
+        for s, slope in enumerate(slopes)
+    ]
+    trend, _ = fu_claims(rows)
+    assert list(trend.values) == [
+        f"κ = {k:g}, N = 20, seed {s}" for k in (1.0, 100.0) for s in range(3)
+    ]
+    # mean 3, standard error sqrt(1 / 3) = 0.58 over the three seeds of κ = 1
+    assert "3 seeds per cell" in trend.regime.run
+    assert "3 ± 0.58 (κ = 1)" in trend.regime.run and "1 ± 0 (κ = 100)" in trend.regime.run
+    assert "κ = 1, 100," in trend.regime.run
+    one, _ = fu_claims([trend_row()])
+    assert "seeds per cell" not in one.regime.run and list(one.values) == ["κ = 1, N = 20"]

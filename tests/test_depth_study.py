@@ -370,3 +370,19 @@ def test_mixed_tasks_draw_one_noise_level_per_task():
     resid = tasks.y_ctx - tasks.x_ctx @ tasks.w.mT
     std = resid.flatten(1).std(dim=1)
     assert torch.allclose(std, sig, rtol=0.2, atol=0.02)
+
+
+def test_a_part_left_out_adds_nothing():
+    """``parts``: only the named parts run; each left out adds no rows, claims, checks or
+    figure, and an unknown part is refused by name."""
+    result = SPEC.run(DepthConfig(**TINY, parts=["mixed"]))
+    assert {r["kind"] for r in result.rows} == {"mixed_noise", "mixed_match"}
+    assert [c.quote.source.short() for c in result.claims] == [
+        "Vladymyrov, von Oswald, Sandler & Ge 2024"
+    ]
+    assert result.checks == []
+    assert [f.name for f in result.figures] == ["depth_noise"]
+    with pytest.raises(ValueError, match="parts: unknown value 'noises'"):
+        DepthConfig(parts=["noises"])
+    with pytest.raises(ValueError, match="parts: must list"):
+        DepthConfig(parts=[])

@@ -167,6 +167,23 @@ def slope_claims(rows: list[dict[str, Any]], eps: float, cap: int) -> list[Claim
     return out
 
 
+def over_seeds(trends: list[dict[str, Any]]) -> str:
+    """``"; 3 seeds per cell, Newton-step slope 0.8 ± 0.1 (κ = 1), …"``: the trend's slope, mean
+    ± standard error over the seeds of each cell (empty with one seed)."""
+    if len({r.get("seed", 0) for r in trends}) < 2:
+        return ""
+    cells: dict[float, list[float]] = {}
+    for r in trends:
+        cells.setdefault(r["kappa"], []).append(float(r["newton_slope"]))
+    n = min(len(v) for v in cells.values())
+    parts = []
+    for kappa, v in cells.items():
+        mean = sum(v) / len(v)
+        se = math.sqrt(sum((x - mean) ** 2 for x in v) / (len(v) - 1) / len(v))
+        parts.append(f"{mean:.3g} ± {se:.2g} (κ = {kappa:g})")
+    return f"; {n} seeds per cell, Newton-step slope over seeds {', '.join(parts)}"
+
+
 def fu_regime(trends: list[dict[str, Any]]) -> Regime:
     """The run's scale against Fu et al.'s (rows ``kind="fu_trend"``, one per cell): met when
     every cell's stack has ≥ 8 layers, d ≥ 10, N = 2d, a rotation of Σ per task, converged and
@@ -174,15 +191,15 @@ def fu_regime(trends: list[dict[str, Any]]) -> Regime:
     t = trends[0]
     done = sum(r["converged"] for r in trends)
     beats = sum(r["loss"] < r["gd_loss"] for r in trends)
-    kappas = ", ".join(f"{r['kappa']:g}" for r in trends)
+    kappas = ", ".join(dict.fromkeys(f"{r['kappa']:g}" for r in trends))
     run = (
         f"{t['layers']}-layer linear-attention stacks, d = {t['d']}, "
         f"N = {', '.join(str(n) for n in dict.fromkeys(r['n_ctx'] for r in trends))}, "
         f"κ = {kappas}, {t['steps']} Adam steps, "
         + ("a random rotation of Σ per task" if t["rotation"] else "one Σ for every task")
-        + f"; converged in {done} of {len(trends)} cells, below GD's loss after "
-        f"{t['layers']} steps in {beats}; metric: cosine of the error vectors over N queries "
-        "per task"
+        + f"{over_seeds(trends)}; converged in {done} of {len(trends)} runs, below GD's loss "
+        f"after {t['layers']} steps in {beats}; metric: cosine of the error vectors over N "
+        "queries per task"
     )
     met = all(
         r["layers"] >= 8
@@ -217,8 +234,11 @@ def fu_claims(trends: list[dict[str, Any]]) -> list[Claim]:
         else ""
     )
 
+    seeds = len({r.get("seed", 0) for r in trends})
+
     def case(r: dict[str, Any]) -> str:
-        return f"κ = {r['kappa']:g}, N = {r['n_ctx']}"
+        name = f"κ = {r['kappa']:g}, N = {r['n_ctx']}"
+        return f"{name}, seed {r.get('seed', 0)}" if seeds > 1 else name
 
     def level(name: str) -> str:
         return (

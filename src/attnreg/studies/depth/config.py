@@ -9,11 +9,15 @@ from typing import Any
 
 from attnreg.config import check_fields
 from attnreg.core.validation import (
+    check_choice,
     check_nonnegative,
     check_positive,
     check_positive_int,
     check_seed,
 )
+
+PARTS = ("atlas", "trained", "noise", "noiseless", "mixed")
+"""The ``depth`` study's parts, in the order they run."""
 
 
 @dataclass
@@ -32,7 +36,9 @@ class DepthConfig:
       ``train_rotation`` (default false) gives each task its own random rotation of ``Σ`` (Fu
       et al.'s data). The deepest stack is also matched by Fu et al.'s metric (cosine of the
       error vectors against Newton's iterates 0–23 and GD's to 1024 steps), with
-      ``fu_bootstrap`` bootstrap replicates over the evaluation tasks for its error bars.
+      ``fu_bootstrap`` bootstrap replicates over the evaluation tasks for its error bars; the
+      deepest stack of each cell is trained ``fu_seeds`` times (seed 0 is the stack the other
+      rows use), each seed matched on its own: the spread over seeds.
     * Noise: ``w ~ N(0, tau² I)``, ``x ~ N(0, I)`` in ``noise_d`` dimensions, label noise
       ``sigma``; stacks of every depth in ``bayes_layers`` and width (heads) in ``bayes_heads``
       (and the curve's ``noise_layers``-layer stack) trained over the context sizes
@@ -46,6 +52,10 @@ class DepthConfig:
       profile's 8- and 12-layer stacks: without it a linear-attention stack is cubic per layer
       in its tokens and overflows at small k); never in the mixed-noise stacks (Vladymyrov et
       al.'s have none).
+    * ``parts``: which of the study's parts run (``PARTS``: ``"atlas"``, ``"trained"``,
+      ``"noise"`` — the curves and the depth × width grid —, ``"noiseless"``, ``"mixed"``;
+      default all). A part left out adds no rows, tables, checks, claims or figure: a
+      full-scale run of one claim's regime (``--set parts='["mixed"]'``) costs only that part.
     * Checks: the median over (N, ε) of Newton's measured / theory slope within
       ``[min_newton_slope_ratio, max_newton_slope_ratio]``; the deepest trained stack's loss at
       most ``max_depth_loss_ratio`` × the one-layer stack's; the measured noiseless min-norm
@@ -54,6 +64,7 @@ class DepthConfig:
 
     seed: int = 0
     threads: int = 1
+    parts: list[str] = field(default_factory=lambda: list(PARTS))
     atlas_d: int = 8
     kappas: list[float] = field(default_factory=lambda: [1.0, 10.0, 1e2, 1e3, 1e4])
     atlas_n_ctx: list[int] = field(default_factory=lambda: [4, 8, 32])
@@ -69,6 +80,7 @@ class DepthConfig:
     train_layernorm: bool = False
     train_rotation: bool = False
     fu_bootstrap: int = 100
+    fu_seeds: int = 1
     steps: int = 500
     batch: int = 256
     lr: float = 1e-2
@@ -101,6 +113,10 @@ class DepthConfig:
         """Refuse a bad value with a ``ValueError`` naming the key (and the value)."""
         check_fields(self)
         check_seed("seed", self.seed)
+        if not self.parts:
+            raise ValueError(f"parts: must list at least one of {', '.join(PARTS)}")
+        for part in self.parts:
+            check_choice("parts", part, PARTS)
         for name in (
             "threads",
             "atlas_d",
@@ -112,6 +128,7 @@ class DepthConfig:
             "eval_tasks",
             "max_iterates",
             "fu_bootstrap",
+            "fu_seeds",
             "noise_d",
             "noise_layers",
             "noiseless_d",
@@ -185,8 +202,10 @@ def full_config(**changes: Any) -> DepthConfig:
     thread, timed from runs of 100 and 300 steps, so about 45 minutes); ``d = 10`` for the
     noise curves; the noise claims' regimes: Garg et al.'s (a 12-layer stack on noiseless
     tasks, ``d = 20``, k to 2d), Akyürek et al.'s grid of depths and widths, and Vladymyrov et
-    al.'s (3 to 7 layers, ``D = 10``, ``N = 20``, σ_max ∈ {1, 3, 5}, 3 seeds; about 3 CPU-hours
-    for the noise half)."""
+    al.'s (stacks of 3, 5 and 7 layers, ``D = 10``, ``N = 20``, σ_max ∈ {1, 3, 5}, 3 seeds,
+    4000 steps each: about 1 CPU-hour for the mixed-noise part alone, timed from a 4000-step
+    5-layer run of 145 s; about 3 CPU-hours for the whole noise half). One part alone:
+    ``--set parts='["mixed"]'``."""
     base: dict[str, Any] = {
         "atlas_n_ctx": [4, 8, 16, 64],
         "cap": 5000,
@@ -212,7 +231,7 @@ def full_config(**changes: Any) -> DepthConfig:
         "noiseless_layers": 12,
         "noise_layernorm": True,
         "sigma_maxes": [1.0, 3.0, 5.0],
-        "mixed_layers": [3, 4, 5, 6, 7],
+        "mixed_layers": [3, 5, 7],
         "mixed_seeds": 3,
         "mixed_n_ctx": 20,
         "noise_steps": 4000,

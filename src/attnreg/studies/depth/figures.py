@@ -93,24 +93,27 @@ def noise_figure(
         "ols": "OLS / min-norm",
         "bayes_ridge": "Bayes ridge λ = σ²/τ²",
     }
-    for i, (name, label) in enumerate(labels.items()):
-        pts = [(r["n_ctx"], r["error"]) for r in noisy if r["estimator"] == name]
-        if pts:
-            ax.plot(*zip(*pts, strict=True), "o-", color=f"C{i}", ms=4, label=label)
-        if name == "ols":
-            th = [(r["n_ctx"], r["theory"]) for r in noisy if r["estimator"] == name]
-            th = [(k, v) for k, v in th if v != float("inf") and v > 0]
-            if th:
-                ax.plot(*zip(*th, strict=True), "--", color=f"C{i}", lw=1)
-    bayes = sorted({(r["n_ctx"], r["bayes_theory"]) for r in noisy})
-    ax.plot(*zip(*bayes, strict=True), "k:", lw=1.2, label="Bayes error (Monte Carlo)")
-    d, sigma = noisy[0]["d"], noisy[0]["sigma"]
-    ax.axvline(d, color="grey", lw=0.8, ls=":")
-    ax.set_yscale("log")
-    ax.set_xlabel("context points k")
-    ax.set_ylabel("E(ŷ − y)² / d")
-    ax.set_title(f"d = {d}, σ = {sigma:g}; OLS peaks at k = d (dotted)", fontsize=9)
-    ax.legend(fontsize=7)
+    if not noisy:
+        ax.set_axis_off()  # the "noise" part did not run
+    else:
+        for i, (name, label) in enumerate(labels.items()):
+            pts = [(r["n_ctx"], r["error"]) for r in noisy if r["estimator"] == name]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), "o-", color=f"C{i}", ms=4, label=label)
+            if name == "ols":
+                th = [(r["n_ctx"], r["theory"]) for r in noisy if r["estimator"] == name]
+                th = [(k, v) for k, v in th if v != float("inf") and v > 0]
+                if th:
+                    ax.plot(*zip(*th, strict=True), "--", color=f"C{i}", lw=1)
+        bayes = sorted({(r["n_ctx"], r["bayes_theory"]) for r in noisy})
+        ax.plot(*zip(*bayes, strict=True), "k:", lw=1.2, label="Bayes error (Monte Carlo)")
+        d, sigma = noisy[0]["d"], noisy[0]["sigma"]
+        ax.axvline(d, color="grey", lw=0.8, ls=":")
+        ax.set_yscale("log")
+        ax.set_xlabel("context points k")
+        ax.set_ylabel("E(ŷ − y)² / d")
+        ax.set_title(f"d = {d}, σ = {sigma:g}; OLS peaks at k = d (dotted)", fontsize=9)
+        ax.legend(fontsize=7)
     _noiseless_panel(cx, noiseless or [])
     _mixed_panel(bx, mixed)
     return fig

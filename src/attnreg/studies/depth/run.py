@@ -64,43 +64,56 @@ def _run(cfg: DepthConfig, progress: Progress) -> StudyResult:
 
     start = time.perf_counter()
     command = f"attnreg depth, seed {cfg.seed}"
-    with progress.stage("atlas", total=1) as stage:
-        atlas = [{"kind": "atlas", **r} for r in depth_atlas(atlas_grid(cfg), n_threads=None)]
-        stage.advance()
-    slopes = [{"kind": "slope", **s} for s in fit_slopes(atlas)]
-    trained = trained_rows(cfg, progress)
-    curve = curve_rows(cfg, progress)
-    noiseless = noiseless_rows(cfg, progress)
-    mixed = mixed_rows(cfg, progress)
+    parts = set(cfg.parts)
+    atlas: list[dict[str, Any]] = []
+    if "atlas" in parts:
+        with progress.stage("atlas", total=1) as stage:
+            atlas = [{"kind": "atlas", **r} for r in depth_atlas(atlas_grid(cfg), n_threads=None)]
+            stage.advance()
+    slopes = [{"kind": "slope", **s} for s in fit_slopes(atlas)] if atlas else []
+    trained = trained_rows(cfg, progress) if "trained" in parts else []
+    curve = curve_rows(cfg, progress) if "noise" in parts else []
+    noiseless = noiseless_rows(cfg, progress) if "noiseless" in parts else []
+    mixed = mixed_rows(cfg, progress) if "mixed" in parts else []
     claims = depth_claims(atlas + slopes + trained + curve + noiseless + mixed, cfg)
     summary: dict[str, Any] = {"answer": lead(claims, slopes, cfg)}
     checks: list[dict[str, Any]] = []
-    for part, part_checks in (
-        atlas_summary(cfg, atlas, slopes),
-        trained_summary(cfg, trained),
-        noise_summary(cfg, curve, mixed, claims, noiseless),
-    ):
+    eps = middle_eps(cfg)
+    figures = []
+    if atlas:
+        part, part_checks = atlas_summary(cfg, atlas, slopes)
         summary |= part
         checks += part_checks
-    eps = middle_eps(cfg)
-    figures = [
-        FigureRecord(
-            "depth_atlas",
-            f"Layers to reach ε = {eps:g} of OLS against κ, one line per method, theory "
-            f"dashed ({command})",
-            atlas_figure(atlas, eps),
-        ),
-        FigureRecord(
-            "depth_trained",
-            f"Trained stacks' loss per layer beside each method's loss per iterate ({command})",
-            trained_figure(trained),
-        ),
-        FigureRecord(
-            "depth_noise",
-            f"Error against context size with noise, and the mixed-noise setting ({command})",
-            noise_figure(curve, mixed, noiseless),
-        ),
-    ]
+        figures.append(
+            FigureRecord(
+                "depth_atlas",
+                f"Layers to reach ε = {eps:g} of OLS against κ, one line per method, theory "
+                f"dashed ({command})",
+                atlas_figure(atlas, eps),
+            )
+        )
+    if trained:
+        part, part_checks = trained_summary(cfg, trained)
+        summary |= part
+        checks += part_checks
+        figures.append(
+            FigureRecord(
+                "depth_trained",
+                f"Trained stacks' loss per layer beside each method's loss per iterate ({command})",
+                trained_figure(trained),
+            )
+        )
+    if curve or noiseless or mixed:
+        part, part_checks = noise_summary(cfg, curve, mixed, claims, noiseless)
+        summary |= part
+        checks += part_checks
+        figures.append(
+            FigureRecord(
+                "depth_noise",
+                f"Error against context size with noise, and the mixed-noise setting ({command})",
+                noise_figure(curve, mixed, noiseless),
+            )
+        )
     summary["wall time"] = f"{time.perf_counter() - start:.1f} s ({cfg.threads} thread(s))"
     rows = atlas + slopes + trained + curve + noiseless + mixed
     tables = {

@@ -209,8 +209,15 @@ def trained_rows(cfg: DepthConfig, progress: Progress) -> list[dict[str, Any]]:
                         {"kind": "trained", "kappa": kappa, "n_ctx": n, "layers": depth}
                         | {"method": method, **match, "loss": losses[match["layer"]]}
                     )
-            if depth == deepest:
-                rows += fu_rows(cfg, (kappa, n), test, preds, result, ci)
+            if depth != deepest:
+                continue
+            rows += fu_rows(cfg, (kappa, n), test, preds, result, ci)
+            for s in range(1, cfg.fu_seeds):
+                model, result = train_stack(
+                    cell, depth, cfg.steps, cfg, seed + 10_000 * s, progress
+                )
+                preds = model.depth_predictions(test.x_ctx, test.y_ctx, test.x_query)
+                rows += fu_rows(cfg, (kappa, n), test, preds, result, ci, s)
     return rows
 
 
@@ -221,8 +228,10 @@ def fu_rows(
     preds: torch.Tensor,
     result: TrainResult,
     index: int,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Fu et al.'s metric on the deepest stack of one cell (:func:`trained_rows`)."""
+    """Fu et al.'s metric on the deepest stack of one cell trained with seed number ``seed``
+    (:func:`trained_rows`); every row carries ``seed``."""
     kappa, n = cell
     depth = preds.shape[0] - 1
     newton = newton_iterates(test, NEWTON_STEPS)
@@ -237,11 +246,11 @@ def fu_rows(
         error_cosines(exact, newton, test.y_query),
         error_cosines(exact, gd, test.y_query),
         cfg.fu_bootstrap,
-        cfg.seed * 1000 + index,
+        cfg.seed * 1000 + index + 100_000 * seed,
     )
     newton_best = best_steps(newton_cos, list(range(NEWTON_STEPS + 1)))
     gd_best = best_steps(gd_cos, GD_GRID)
-    head = {"kappa": kappa, "n_ctx": n, "layers": depth}
+    head = {"kappa": kappa, "n_ctx": n, "layers": depth, "seed": seed}
     rows = [
         {"kind": "fu_layer", **head, "layer": ell + 1}
         | {"best_newton": newton_best[ell], "newton_cosine": float(newton_cos[ell].mean(-1).max())}
