@@ -492,7 +492,7 @@ ax.plot(t_q, out[:, 0], color="C0", label=f"softmax head (MSE {table['sine']['so
 ax.plot(t_q, hat @ yk, color="C3", label=f"ridge (MSE {table['sine']['ridge (attnreg)']:.3f})")
 ax.set_xlabel("t")
 ax.set_title("predictions on the test rows")
-ax.legend(fontsize=8)
+ax.legend(fontsize=9)
 fig.tight_layout()
 plt.show()
 

@@ -327,7 +327,7 @@ ax.set_xticks(np.arange(d), ds.feature_names)
 ax.axhline(0, color="k", lw=0.8)
 ax.set_ylabel("weight")
 ax.set_title("Effective weights on the synthetic data: β_att = W_combined XᵀY / N")
-ax.legend(ncol=5, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1))
+ax.legend(ncol=5, fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.1))
 fig.tight_layout()
 plt.show()
 

@@ -382,7 +382,7 @@ ax.set_yscale("log")
 ax.set_xlabel("dimension d")
 ax.set_ylabel("capacity N_max (ε = 0.01)")
 ax.set_title("Associative-memory capacity: measured (markers) and theory (lines)")
-ax.legend(fontsize=8, ncol=2)
+ax.legend(fontsize=9, ncol=2)
 fig.tight_layout()
 plt.show()
 
