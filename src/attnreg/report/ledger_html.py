@@ -12,6 +12,7 @@ from html import escape
 from typing import Any
 
 from attnreg.studies.ledger import ICONS, VERDICTS, totals, totals_text, verdict_class
+from attnreg.studies.tex import plain
 
 MEANINGS = {
     "holds": "every case meets the threshold",
@@ -39,7 +40,7 @@ def verdict_key(rows: list[dict[str, Any]], every: bool = False) -> str:
 
 
 def _words(row: dict[str, Any]) -> str:
-    quote = escape(row["quote"])
+    quote = escape(plain(row["quote"]))  # the source's inline TeX in Unicode: no MathJax
     text = f"“{quote}”" if row["verbatim"] else f"<em>(paraphrase)</em> {quote}"
     return f'{text} <span class="ledger-muted">({escape(row["where"])})</span>'
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from attnreg.studies.common import format_against, summary_table
 from attnreg.studies.sources import Source
+from attnreg.studies.tex import plain
 
 IDENTITY = "identity"
 EMPIRICAL = "empirical"
@@ -83,8 +84,10 @@ class Quote:
             raise ValueError("quote: text and where must be non-empty")
 
     def shown(self) -> str:
-        """The words as the ledger shows them: “…” when verbatim, else marked a paraphrase."""
-        return f"“{self.text}”" if self.verbatim else f"(paraphrase) {self.text}"
+        """The words as the ledger shows them: “…” when verbatim, else marked a paraphrase; a
+        source's inline TeX in Unicode (:func:`~attnreg.studies.tex.plain`: the pages load no
+        MathJax)."""
+        return shown_quote(self.text, self.verbatim)
 
 
 @dataclass(frozen=True)
@@ -313,9 +316,14 @@ def ledger_table(claims: list[Claim], lead: str = "") -> dict[str, Any]:
     return table
 
 
+def shown_quote(text: str, verbatim: bool) -> str:
+    """A quote as the ledger shows it: “…” when verbatim, else marked a paraphrase; the
+    source's inline TeX in Unicode (:func:`~attnreg.studies.tex.plain`)."""
+    return f"“{plain(text)}”" if verbatim else f"(paraphrase) {plain(text)}"
+
+
 def _words(row: dict[str, Any]) -> str:
-    text = f"“{row['quote']}”" if row["verbatim"] else f"(paraphrase) {row['quote']}"
-    return f"{text} ({row['where']})"
+    return f"{shown_quote(row['quote'], row['verbatim'])} ({row['where']})"
 
 
 def markdown(rows: list[dict[str, Any]], study: bool = False) -> str:
