@@ -84,9 +84,12 @@ def publish(
     command: str,
     seeds: list[int],
     folder: Path = PUBLISHED,
+    machine: str | None = None,
 ) -> Path:
     """Write ``folder/STUDY.json`` from the ``claims`` of a full run's summary file(s)
-    (``STUDY_summary.json``; a study that pools its seeds writes one). Returns the path."""
+    (``STUDY_summary.json``; a study that pools its seeds writes one; a study whose claims
+    come from several runs, one part each, gives each run's file). ``machine`` describes the
+    machine that ran them (default: its architecture and core count). Returns the path."""
     claims: list[dict[str, Any]] = []
     for path in summaries:
         claims += json.loads(Path(path).read_text(encoding="utf-8"))["claims"]
@@ -94,7 +97,7 @@ def publish(
         "study": study,
         "command": command,
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "machine": machine or f"{platform.machine()}, {os.cpu_count()} cores",
         "seeds": seeds,
         "claims": claims,
     }
