@@ -191,7 +191,7 @@ def test_numbers_are_shown_with_the_digits_that_separate_them_from_the_threshold
 
 def test_check_lines_show_the_difference_from_the_limit():
     from attnreg.runs.cells import check_lines
-    from attnreg.studies.common import check
+    from attnreg.thresholds import check
 
     lines = check_lines([check("ratio", 1.0002, "<=", 1.02)])
     assert lines == {"check: ratio": "pass: 1.0002 <= 1.02"}

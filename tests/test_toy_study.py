@@ -67,7 +67,8 @@ def full_config() -> ToyConfig:
 TOY_RUN = """
 import numpy as np
 
-from attnreg.studies.common import StudyResult, check
+from attnreg.studies.common import StudyResult
+from attnreg.thresholds import check
 
 
 def run(config, progress):

@@ -8,25 +8,12 @@ the printed target and the check cannot disagree.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from attnreg.bench.common import BenchResult
-
-_SYMBOLS = {"<=": "≤", ">=": "≥"}
-
-
-def check(name: str, value: float | None, op: str, limit: float) -> dict[str, Any]:
-    """A sub-check ``value op limit`` (``op`` is ``"<="`` or ``">="``); ``None`` or a non-finite
-    value fails. Returns ``{check, value, op, limit, passed}``."""
-    if op not in _SYMBOLS:
-        raise ValueError(f"op: unknown value {op!r}; valid names are <=, >=")
-    ok = value is not None and math.isfinite(value)
-    if ok and value is not None:
-        ok = value <= limit if op == "<=" else value >= limit
-    return {"check": name, "value": value, "op": op, "limit": limit, "passed": bool(ok)}
+from attnreg.thresholds import SYMBOLS, check, check_op
 
 
 @dataclass(frozen=True)
@@ -42,12 +29,11 @@ class Limit:
     text: str
 
     def __post_init__(self) -> None:
-        if self.op not in _SYMBOLS:
-            raise ValueError(f"op: unknown value {self.op!r}; valid names are <=, >=")
+        check_op(self.op)
 
     def describe(self) -> str:
         """The threshold in words, e.g. ``"≤ 3× Cholesky normal equations"``."""
-        return self.text.format(op=_SYMBOLS[self.op], bound=self.bound)
+        return self.text.format(op=SYMBOLS[self.op], bound=self.bound)
 
 
 def target_text(limits: Sequence[Limit]) -> str:

@@ -143,14 +143,6 @@ class Section:
     claims: list[Any] = field(default_factory=list)  # ledger.Claim (ledger imports this)
 
 
-def check(name: str, value: float, op: str, limit: float) -> dict[str, Any]:
-    """One pass/fail criterion: ``value op limit`` with ``op`` one of ``<=``, ``>=``."""
-    if op not in ("<=", ">="):
-        raise ValueError(f"op: unknown value {op!r}; valid values are '<=', '>='")
-    passed = value <= limit if op == "<=" else value >= limit
-    return {"check": name, "value": float(value), "op": op, "limit": float(limit), "passed": passed}
-
-
 def format_against(value: float, limit: float, digits: int = 3) -> str:
     """``value`` shown with two significant digits more than ``limit`` needs (at least
     ``digits``), and more if that still prints it equal to ``limit``: against ``1.02`` (three

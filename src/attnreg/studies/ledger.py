@@ -39,6 +39,7 @@ from typing import Any
 from attnreg.studies.common import format_against, summary_table
 from attnreg.studies.sources import Source
 from attnreg.studies.tex import plain
+from attnreg.thresholds import SYMBOLS, check_op, passes
 
 IDENTITY = "identity"
 EMPIRICAL = "empirical"
@@ -66,7 +67,6 @@ ICONS = {
 """The icon shown beside each verdict (with its colour, on the report and the docs)."""
 
 LEDGER_KEY = "claims of the sources"
-OPS = ("<=", ">=")
 
 
 @dataclass(frozen=True)
@@ -100,18 +100,15 @@ class Threshold:
     origin: str
 
     def __post_init__(self) -> None:
-        if self.op not in OPS:
-            raise ValueError(f"op: unknown value {self.op!r}; valid values are '<=', '>='")
+        check_op(self.op)
         if not self.origin.strip():
             raise ValueError("threshold: origin must say where the limit comes from")
 
     def passes(self, value: float) -> bool:
-        if not math.isfinite(value):
-            return False
-        return value <= self.limit if self.op == "<=" else value >= self.limit
+        return passes(value, self.op, self.limit)
 
     def text(self) -> str:
-        return f"{'≤' if self.op == '<=' else '≥'} {self.limit:g}"
+        return f"{SYMBOLS[self.op]} {self.limit:g}"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from attnreg.studies.capacity.energy_summary import (
     summarize_ols_energy,
 )
 from attnreg.studies.capacity.families import HEBBIAN_ALPHA
-from attnreg.studies.common import check, summary_table
+from attnreg.studies.common import summary_table
+from attnreg.thresholds import check
 
 STRONG = ("power", "softmax", "max")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from attnreg.studies.common import check, summary_table
+from attnreg.studies.common import summary_table
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.in_context import answer, se
 from attnreg.studies.compare.ols_transformer import OLSTransformerResult
@@ -20,6 +20,7 @@ from attnreg.studies.compare.tang_retrieval import Z_LIMIT
 from attnreg.studies.ledger import OPEN, REMARK, Claim, Quote, Threshold
 from attnreg.studies.quotes import TAN_ZHAO_MEMORIES, TANG_TRAINABLE_METRIC
 from attnreg.studies.sources import ATTNREG
+from attnreg.thresholds import check
 
 Row = dict[str, Any]
 

@@ -46,7 +46,7 @@ from attnreg.estimators import GD, OLS
 from attnreg.explaining import explain
 from attnreg.models import TokenModel, TrainableLSA
 from attnreg.progress import Progress
-from attnreg.studies.common import StudyResult, check
+from attnreg.studies.common import StudyResult
 from attnreg.studies.icl.claims import icl_claims
 from attnreg.studies.icl.config import MODEL_SPECS, ICLConfig
 from attnreg.studies.icl.metrics import alignment, task_losses
@@ -65,6 +65,7 @@ from attnreg.studies.icl.train import (
     train_model,
 )
 from attnreg.studies.paired import paired_difference
+from attnreg.thresholds import check
 from attnreg.training import TrainResult, generator
 
 JSON_KEYS = (

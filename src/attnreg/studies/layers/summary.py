@@ -8,13 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from attnreg.studies.common import check, summary_table
+from attnreg.studies.common import summary_table
 from attnreg.studies.layers.claims import WANG, WANG_CORRELATIONS
 from attnreg.studies.layers.config import LayersConfig
 from attnreg.studies.layers.memory import CONVERGED, capacity, memories
 from attnreg.studies.ledger import CONDITIONAL, HOLDS, Claim
 from attnreg.studies.paired import paired_z
 from attnreg.studies.sources import TANG
+from attnreg.thresholds import check
 
 
 def lead(claims: list[Claim], named: int, trained: int, cfg: LayersConfig) -> str:

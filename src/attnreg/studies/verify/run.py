@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 
 from attnreg.progress import Progress
-from attnreg.studies.common import StudyResult, check
+from attnreg.studies.common import StudyResult
 from attnreg.studies.verify.certificate import certificate
 from attnreg.studies.verify.claims import certificate_claims
 from attnreg.studies.verify.config import VerifyConfig
 from attnreg.studies.verify.figures import certificate_figure
 from attnreg.studies.verify.sign import literal_sign_distances, sign_claims, sign_sentence
+from attnreg.thresholds import check
 
 
 def run(cfg: VerifyConfig | None = None, progress: Progress | None = None) -> StudyResult:
