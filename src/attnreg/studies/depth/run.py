@@ -28,8 +28,8 @@ from typing import Any
 from attnreg.core.threads import torch_threads
 from attnreg.depth import AtlasGrid, depth_atlas, fit_slopes
 from attnreg.progress import Progress
-from attnreg.studies.common import FigureRecord, StudyResult
-from attnreg.studies.depth.claims import depth_claims, middle_eps
+from attnreg.studies.common import FigureRecord, Section, StudyResult
+from attnreg.studies.depth.claims import middle_eps, noise_claims, slope_claims, trained_claims
 from attnreg.studies.depth.config import DepthConfig
 from attnreg.studies.depth.noise import curve_rows, mixed_rows, noiseless_rows
 from attnreg.studies.depth.summary import atlas_summary, lead, noise_summary, trained_summary
@@ -60,67 +60,99 @@ def run(cfg: DepthConfig | None = None, progress: Progress | None = None) -> Stu
 
 
 def _run(cfg: DepthConfig, progress: Progress) -> StudyResult:
-    from attnreg.studies.depth.figures import atlas_figure, noise_figure, trained_figure
-
     start = time.perf_counter()
-    command = f"attnreg depth, seed {cfg.seed}"
+    result = StudyResult("depth", asdict(cfg), [], summary={"answer": ""})
     parts = set(cfg.parts)
-    atlas: list[dict[str, Any]] = []
     if "atlas" in parts:
-        with progress.stage("atlas", total=1) as stage:
-            atlas = [{"kind": "atlas", **r} for r in depth_atlas(atlas_grid(cfg), n_threads=None)]
-            stage.advance()
-    slopes = [{"kind": "slope", **s} for s in fit_slopes(atlas)] if atlas else []
-    trained = trained_rows(cfg, progress) if "trained" in parts else []
+        result.add(atlas_section(cfg, progress))
+    if "trained" in parts:
+        result.add(trained_section(cfg, progress))
+    if parts & {"noise", "noiseless", "mixed"}:
+        result.add(noise_section(cfg, progress))
+    slopes = [r for r in result.rows if r["kind"] == "slope"]
+    result.summary["answer"] = lead(result.claims, slopes, cfg)
+    result.summary["wall time"] = f"{time.perf_counter() - start:.1f} s ({cfg.threads} thread(s))"
+    return result
+
+
+def _caption(text: str, cfg: DepthConfig) -> str:
+    return f"{text} (attnreg depth, seed {cfg.seed})"
+
+
+def atlas_section(cfg: DepthConfig, progress: Progress) -> Section:
+    """The depth atlas: its rows and fitted slopes, the slope claims, the Newton-slope check,
+    the atlas figure and the slopes table."""
+    from attnreg.studies.depth.figures import atlas_figure
+
+    with progress.stage("atlas", total=1) as stage:
+        atlas = [{"kind": "atlas", **r} for r in depth_atlas(atlas_grid(cfg), n_threads=None)]
+        stage.advance()
+    slopes = [{"kind": "slope", **s} for s in fit_slopes(atlas)]
+    eps = middle_eps(cfg)
+    summary, checks = atlas_summary(cfg, atlas, slopes)
+    figure = FigureRecord(
+        "depth_atlas",
+        _caption(
+            f"Layers to reach ε = {eps:g} of OLS against κ, one line per method, theory dashed", cfg
+        ),
+        atlas_figure(atlas, eps),
+    )
+    return Section(
+        rows=atlas + slopes,
+        summary=summary,
+        checks=checks,
+        figures=[figure],
+        tables={"depth_slopes": slopes},
+        claims=list(slope_claims(atlas + slopes, eps, cfg.cap)),
+    )
+
+
+def trained_section(cfg: DepthConfig, progress: Progress) -> Section:
+    """The trained stacks: their rows, Fu et al.'s claims, the depth check, the figure and the
+    matches table."""
+    from attnreg.studies.depth.figures import trained_figure
+
+    rows = trained_rows(cfg, progress)
+    summary, checks = trained_summary(cfg, rows)
+    figure = FigureRecord(
+        "depth_trained",
+        _caption("Trained stacks' loss per layer beside each method's loss per iterate", cfg),
+        trained_figure(rows),
+    )
+    return Section(
+        rows=rows,
+        summary=summary,
+        checks=checks,
+        figures=[figure],
+        tables={"depth_matches": [r for r in rows if r["kind"] == "trained"]},
+        claims=list(trained_claims(rows, max(cfg.train_layers), cfg.steps)),
+    )
+
+
+def noise_section(cfg: DepthConfig, progress: Progress) -> Section:
+    """The noise parts of ``cfg.parts`` (``noise``: the curves and the depth × width grid;
+    ``noiseless``; ``mixed``): their rows, the Garg, Akyürek and Vladymyrov claims, the curve
+    check and the noise figure."""
+    from attnreg.studies.depth.figures import noise_figure
+
+    parts = set(cfg.parts)
     curve = curve_rows(cfg, progress) if "noise" in parts else []
     noiseless = noiseless_rows(cfg, progress) if "noiseless" in parts else []
     mixed = mixed_rows(cfg, progress) if "mixed" in parts else []
-    claims = depth_claims(atlas + slopes + trained + curve + noiseless + mixed, cfg)
-    summary: dict[str, Any] = {"answer": lead(claims, slopes, cfg)}
-    checks: list[dict[str, Any]] = []
-    eps = middle_eps(cfg)
-    figures = []
-    if atlas:
-        part, part_checks = atlas_summary(cfg, atlas, slopes)
-        summary |= part
-        checks += part_checks
-        figures.append(
-            FigureRecord(
-                "depth_atlas",
-                f"Layers to reach ε = {eps:g} of OLS against κ, one line per method, theory "
-                f"dashed ({command})",
-                atlas_figure(atlas, eps),
-            )
-        )
-    if trained:
-        part, part_checks = trained_summary(cfg, trained)
-        summary |= part
-        checks += part_checks
-        figures.append(
-            FigureRecord(
-                "depth_trained",
-                f"Trained stacks' loss per layer beside each method's loss per iterate ({command})",
-                trained_figure(trained),
-            )
-        )
-    if curve or noiseless or mixed:
-        part, part_checks = noise_summary(cfg, curve, mixed, claims, noiseless)
-        summary |= part
-        checks += part_checks
-        figures.append(
-            FigureRecord(
-                "depth_noise",
-                f"Error against context size with noise, and the mixed-noise setting ({command})",
-                noise_figure(curve, mixed, noiseless),
-            )
-        )
-    summary["wall time"] = f"{time.perf_counter() - start:.1f} s ({cfg.threads} thread(s))"
-    rows = atlas + slopes + trained + curve + noiseless + mixed
-    tables = {
-        "depth_matches": [r for r in trained if r["kind"] == "trained"],
-        "depth_slopes": slopes,
-    }
-    return StudyResult("depth", asdict(cfg), rows, figures, summary, checks, tables, claims=claims)
+    claims = noise_claims(curve + noiseless + mixed, cfg)
+    summary, checks = noise_summary(cfg, curve, mixed, claims, noiseless)
+    figure = FigureRecord(
+        "depth_noise",
+        _caption("Error against context size with noise, and the mixed-noise setting", cfg),
+        noise_figure(curve, mixed, noiseless),
+    )
+    return Section(
+        rows=curve + noiseless + mixed,
+        summary=summary,
+        checks=checks,
+        figures=[figure],
+        claims=list(claims),
+    )
 
 
 JSON_KINDS = ("atlas", "trained")
