@@ -186,7 +186,7 @@ def test_profiles_put_k_equal_d_on_the_noise_grids():
         assert cfg.noiseless_d in cfg.noiseless_n_ctx
     full = full_config()
     assert (full.noise_d, full.mixed_n_ctx, full.mixed_seeds) == (10, 20, 3)
-    assert set(full.sigma_maxes) == {1.0, 3.0, 5.0} and full.mixed_layers == [3, 4, 5, 6, 7]
+    assert set(full.sigma_maxes) == {1.0, 3.0, 5.0} and full.mixed_layers == [3, 5, 7]
     assert (full.noiseless_d, full.noiseless_layers) == (20, 12)
 
 
