@@ -191,7 +191,7 @@ def test_power_degree_rows_are_the_recall_of_the_weights_written_out():
     in log space (degree 60: the binomial expansion it replaced was wrong there), and the
     summary table and claim built from those rows."""
     from attnreg.studies.capacity.claims import capacity_claims
-    from attnreg.studies.capacity.run import _power_degrees
+    from attnreg.studies.capacity.digits import _power_degrees
     from attnreg.studies.capacity.summary import summarize_power_degrees
 
     cfg = CapacityConfig(digits_n=[40], digits_power_degrees=[2, 60])
