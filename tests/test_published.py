@@ -44,9 +44,11 @@ def test_a_full_scale_verdict_is_read_in_and_the_quick_number_kept_beside_it(tmp
     assert [r["verdict"] for r in merged] == ["holds", "does not hold"]  # Fu, then Vladymyrov
     fu = merged[0]
     assert fu["this_run"]["verdict"] == "no verdict: reduced scale"
-    assert fu["this_run"]["number"] == "0.2" and "attnreg depth --full --seed 0" in fu["why"]
+    assert fu["this_run"]["number"] == "0.2" and "full scale (" in fu["why"]
+    assert "committed as depth.json" in fu["why"]  # the reason stays short: no command
     assert "0.2" in fu["why"] and "seeds 0, 1, 2" in fu["published"]
-    assert "attnreg depth --full" in merged[1]["why"]  # measured only at full scale
+    assert "attnreg depth --full --seed 0" in fu["published"]  # the command is in the row
+    assert "full scale (" in merged[1]["why"]  # measured only at full scale
 
 
 def test_without_a_record_the_rows_are_unchanged(tmp_path):

@@ -40,10 +40,15 @@ def load(study: str, folder: Path = PUBLISHED) -> dict[str, Any] | None:
     return record
 
 
-def provenance(record: dict[str, Any]) -> str:
-    """``"full scale: COMMAND (DATE, MACHINE, seeds …)"``."""
+def provenance(record: dict[str, Any], command: bool = True) -> str:
+    """``"full scale: COMMAND (DATE, MACHINE, seeds …)"``; without ``command``, ``"full scale
+    (DATE, MACHINE, seeds …; committed as STUDY.json)"`` (the verdict's one-line reason keeps
+    it short: the command stands in the record and in ``published``)."""
     seeds = ", ".join(str(s) for s in record["seeds"])
-    return f"full scale: {record['command']} ({record['date']}, {record['machine']}, seeds {seeds})"
+    when = f"{record['date']}, {record['machine']}, seeds {seeds}"
+    if not command:
+        return f"full scale ({when}; committed as {record['study']}.json)"
+    return f"full scale: {record['command']} ({when})"
 
 
 def merge(rows: list[dict[str, Any]], study: str, folder: Path = PUBLISHED) -> list[dict[str, Any]]:
@@ -68,13 +73,14 @@ def merge(rows: list[dict[str, Any]], study: str, folder: Path = PUBLISHED) -> l
         merged["published"] = provenance(record)
         this = row.get("run_regime") or "this run"
         merged["why"] = (
-            f"{published['why']} ({provenance(record)}; this run, {this}: {row['number']}, "
-            f"{row['verdict_text']})"
+            f"{published['why']} ({provenance(record, command=False)}; this run, {this}: "
+            f"{row['number']}, {row['verdict_text']})"
         )
         out.append(merged)
     for published in full.values():
         note = {"published": provenance(record)}
-        out.append(dict(published) | note | {"why": f"{published['why']} ({note['published']})"})
+        short = provenance(record, command=False)
+        out.append(dict(published) | note | {"why": f"{published['why']} ({short})"})
     return out
 
 
