@@ -103,3 +103,18 @@ def test_longhorn_with_huge_keys_against_decimal_arithmetic(mode, diagonal):
         assert np.all(np.abs(ref) > 0)
         err = np.linalg.norm(got[0, h] - ref, axis=-1)
         assert np.all(err <= 16 * (5 + 3) * U * mag), (h, err / mag)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("diagonal", [True, False])
+def test_longhorn_gradients_stay_finite_beside_a_huge_key(mode, diagonal):
+    """A key ~1e200 among ordinary ones and a token with β = 0: the branch of the step not
+    taken holds no inf, so no 0·inf reaches the gradients."""
+    q, k, v = (torch.from_numpy(x) for x in qkv(4, 3))
+    k[:, :, 1] *= 1e200
+    k.requires_grad_()
+    beta = torch.tensor([0.0, 0.5, 0.7, 0.9], dtype=torch.float64).requires_grad_()
+    longhorn(
+        q, k, v, beta.view(1, 1, 4).expand(1, 2, 4), diagonal=diagonal, mode=mode
+    ).sum().backward()
+    assert torch.isfinite(beta.grad).all() and torch.isfinite(k.grad).all()

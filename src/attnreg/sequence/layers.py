@@ -222,17 +222,20 @@ def longhorn_terms(
     ``γ_t = ε_t ‖k_t‖² = 1 / (1 + 1/(β_t ‖k_t‖²))`` (in ``[0, 1)``), with ``‖k_t‖`` computed from
     ``k_t / 2^e`` (``2^e ≥ max |k_t|``): neither ``‖k_t‖²`` (which overflows for ``k ~ 1e200``)
     nor ``ε_t`` (which underflows) is formed."""
-    eps = longhorn_step(beta, k)
     _, e = torch.frexp(k.detach().abs().amax(-1))
     power = torch.ldexp(torch.ones_like(beta), e)  # 2^e ≥ max |k_t| per token
     big = power > HUGE_KEY
     if not bool(big.any()):
-        return k, eps, v
+        return k, longhorn_step(beta, k), v
+    # ε of the other tokens; the huge keys are zeroed there so that no branch holds inf or NaN
+    eps = longhorn_step(beta, torch.where(big.unsqueeze(-1), torch.zeros_like(k), k))
     unit = k / power.unsqueeze(-1)
     n = torch.linalg.vector_norm(unit, dim=-1)  # in [1/2, √d_k]: no over- or underflow
-    n = torch.where(big, n, torch.ones_like(n))
+    ones = torch.ones_like(n)
+    n = torch.where(big, n, ones)
     norm = power * n  # ‖k_t‖
-    gamma = 1 / (1 + (1 / (beta * norm)) / norm)
+    safe = torch.where(big, beta, ones)  # no inf in the branch not taken (its gradient is 0·inf)
+    gamma = 1 / (1 + (1 / (safe * norm)) / norm)
     keys = torch.where(big.unsqueeze(-1), unit / n.unsqueeze(-1), k)
     values = torch.where(big.unsqueeze(-1), v / power.unsqueeze(-1) / n.unsqueeze(-1), v)
     return keys, torch.where(big, gamma, eps), values
