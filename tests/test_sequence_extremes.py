@@ -118,3 +118,22 @@ def test_longhorn_gradients_stay_finite_beside_a_huge_key(mode, diagonal):
         q, k, v, beta.view(1, 1, 4).expand(1, 2, 4), diagonal=diagonal, mode=mode
     ).sum().backward()
     assert torch.isfinite(beta.grad).all() and torch.isfinite(k.grad).all()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("size", [1e-200, 1e200])
+def test_normalized_linear_attention_at_extreme_scale(size, mode):
+    """Normalised, ``o_t = Σ (q_tᵀk_i) v_i / Σ (q_tᵀk_i)`` does not depend on the scale of q or
+    k: at ``q, k ~ 1e±200`` (``q·k`` under- or overflows) it is the numpy kernel smoother of
+    the unscaled inputs, within ``8 u (d + t) (Σ |q·k| |v| / Σ q·k + |o_t|)`` (on 9e9883b: a false
+    "z_tᵀ q_t = 0" or "overflowed" error)."""
+    q, k, v = qkv(6, 3)
+    q, k = np.exp(q / 2), np.exp(k / 2)  # positive features: no cancellation in Σ q·k
+    out = linear_attention(q * size, k * size, v, normalize=True, mode=mode).numpy()
+    for h in range(2):
+        kernel = np.tril(q[0, h] @ k[0, h].T)
+        den = kernel.sum(1, keepdims=True)
+        want = kernel @ v[0, h] / den
+        steps = np.arange(1, 7)[:, None]
+        tol = 8 * U * (3 + steps) * (kernel @ np.abs(v[0, h]) / den + np.abs(want))
+        assert np.all(np.abs(out[0, h] - want) <= tol)

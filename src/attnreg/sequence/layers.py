@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import torch
 
+from attnreg.core.scaling import unit_scale
 from attnreg.core.validation import (
     ArrayLike,
     check_finite_result,
@@ -95,12 +96,17 @@ def linear_attention(
     per-head constant ``(H,)`` (RetNet, Sun et al. 2023) or a per-token gate ``(B, H, T)``
     (GLA's / Mamba-2's scalar gate: Yang et al. 2024, Dao & Gu 2024). Normalised, it is the
     Nadaraya–Watson smoother with the linear kernel ``k_iᵀ q_t`` (Katharopoulos et al. 2020).
+    The normalised output does not change when ``q`` or ``k`` of a head is multiplied by a
+    positive number, so both are first brought to unit magnitude per head by powers of two
+    (exact): ``q, k ~ 1e±200`` give the answer rather than an underflow or overflow.
     """
     qt, kt, vt = check_qkv(q, k, v)
     alpha = decay_of(decay, kt)
     mode = choose_mode(mode, kt)
     check_flag("normalize", normalize)
     qt = qt * check_scale(scale)
+    if normalize:
+        qt, kt = qt / unit_scale(qt), kt / unit_scale(kt)
 
     def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
         return _linear(qc, kc, vc, alpha, normalize, mode)
