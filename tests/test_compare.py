@@ -27,6 +27,8 @@ from attnreg.studies.compare.probe import multi_target_probe
 from attnreg.studies.compare.run import run
 from attnreg.studies.compare.train import baseline_rows, load_mode, train_cell
 
+U = np.finfo(np.float64).eps / 2  # unit roundoff
+
 SMALL = {
     "data_modes": ["synthetic"],
     "variants": ["regression", "softmax", "whitened"],
@@ -89,11 +91,18 @@ def test_baseline_rows_equal_scikit_learn(mode):
 def test_metrics_against_numpy():
     rng = np.random.default_rng(0)
     x, q = rng.normal(size=(30, 4)), rng.normal(size=(5, 4))
-    expected = q @ np.linalg.solve(x.T @ x + 0.1 * np.eye(4), x.T)
-    np.testing.assert_allclose(hat_matrix(torch.tensor(x), 0.1, torch.tensor(q)), expected)
-    np.testing.assert_allclose(
-        inverse_covariance(torch.tensor(x)), np.linalg.inv(x.T @ x / 30), rtol=1e-10
-    )
+    # norm-wise bounds u · n · κ(A) ‖A⁻¹‖ · … (the entries cancel: per-element relative
+    # tolerances held only for the seed chosen); n = N + d
+    a = x.T @ x + 0.1 * np.eye(4)
+    expected = q @ np.linalg.solve(a, x.T)
+    got = hat_matrix(torch.tensor(x), 0.1, torch.tensor(q)).numpy()
+    inv_a = np.linalg.norm(np.linalg.inv(a), 2)
+    bound = 8 * U * 34 * np.linalg.cond(a) * np.linalg.norm(q, 2) * inv_a * np.linalg.norm(x, 2)
+    assert np.linalg.norm(got - expected, 2) <= bound
+    cov = x.T @ x / 30
+    got = inverse_covariance(torch.tensor(x)).numpy()
+    bound = 8 * U * 34 * np.linalg.cond(cov) * np.linalg.norm(np.linalg.inv(cov), 2)
+    assert np.linalg.norm(got - np.linalg.inv(cov), 2) <= bound
     a, b = rng.normal(size=(4, 4)), rng.normal(size=(4, 4))
     cos = a.ravel() @ b.ravel() / np.linalg.norm(a) / np.linalg.norm(b)
     assert cosine(torch.tensor(a), torch.tensor(b)) == pytest.approx(cos)

@@ -193,3 +193,29 @@ def test_float32_forward_stays_float32_and_close():
     got = OLSTransformer().predict(x.astype(np.float32), y.astype(np.float32), q.astype(np.float32))
     assert got.dtype == torch.float32
     np.testing.assert_allclose(got.numpy(), _each(lstsq_predict, x, y, q), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("hook", ["hook_q", "hook_k", "hook_v", "hook_output"])
+@pytest.mark.parametrize(
+    ("b", "n", "d", "dy", "kwargs"),
+    [
+        (1, 3, 5, 1, {}),  # N < d: the minimum-norm answer
+        (2, 2, 6, 2, {"ridge": 0.3}),
+        (3, 40, 6, 1, {"method": "cholesky"}),
+        (2, 30, 4, 3, {"covariance": "mean", "method": "eigh"}),
+        (300, 64, 16, 1, {"method": "cholesky"}),  # several task blocks on the unhooked path
+    ],
+)
+def test_a_read_only_hook_leaves_the_ols_transformer_bit_for_bit(hook, b, n, d, dy, kwargs):
+    """docs/one-form.md: a read-only hook on hook_q/k/v/output leaves the output bit for bit
+    (on 9e9883b the hooked path projected the queries and differed by ~1e-16)."""
+    x, y, q = _data(b, n, d, dy, seed=b + n, m=5)
+    seen = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RankWarning)
+        plain = OLSTransformer(**kwargs).predict(x, y, q)
+        hooked = OLSTransformer(**kwargs).run_with_hooks(
+            x, y, q, hooks=[(f"attn.{hook}", lambda t, name: seen.append(name))]
+        )
+    assert seen == [f"attn.{hook}"]  # the hook ran, once, on the whole batch
+    assert torch.equal(hooked, plain)

@@ -419,7 +419,13 @@ def test_tiny_capacity_study_reports_the_energy_family():
     assert all(r["worst_error_over_bound"] <= 1 for r in ols)
     cost = [r for r in rows if r["kind"] == "energy_cost"]
     assert {r["energy"] for r in cost} == {"quadratic", "power3", "power4", "softmax"}
-    assert all(r["seconds_per_retrieval"] > 0 and r["bytes_per_pattern"] > 0 for r in cost)
+    for r in cost:  # the state a retrieval reads, in float64 (8 bytes a number): d² for the
+        # quadratic's one linear map, K̃ and K (2 N d) for the others; per pattern and per KiB
+        numbers = r["d"] ** 2 if r["energy"] == "quadratic" else 2 * r["n"] * r["d"]
+        assert r["state_bytes"] == 8 * numbers, r
+        assert r["n"] == max(1, round(r["n_max"]))
+        assert r["bytes_per_pattern"] == r["state_bytes"] / r["n"]
+        assert r["patterns_per_kib"] == r["n"] * 1024 / r["state_bytes"]
     summary = result.summary
     for name in (
         "energy family: N_max(d)",

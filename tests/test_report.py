@@ -192,16 +192,31 @@ def _chromium():  # type: ignore[no-untyped-def]
     return chromium()
 
 
+def png_width(uri: str) -> int:
+    """The width in a PNG ``data:`` URI's header (IHDR: bytes 16–19, big-endian)."""
+    head, _, data = uri.partition(",")
+    assert head == "data:image/png;base64", head[:40]
+    raw = base64.b64decode(data)
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n" and raw[12:16] == b"IHDR"
+    return int.from_bytes(raw[16:20], "big")
+
+
 def test_page_in_headless_chromium(full_report):
-    _, page = full_report
+    out, page = full_report
+    with ResultsStore(out / "results.db") as store:
+        stored = sum(len(c.figures) for c in store.cells())
     driver = _chromium()
     try:
         driver.set_window_size(390, 844)  # a phone
         driver.get(page.as_uri())
-        widths = driver.execute_script(
-            "return Array.from(document.images).map(i => i.complete ? i.naturalWidth : 0)"
+        images = driver.execute_script(
+            "return Array.from(document.images)"
+            ".map(i => [i.complete ? i.naturalWidth : 0, i.getAttribute('src')])"
         )
-        assert widths and all(w > 0 for w in widths)
+        # every stored figure is on the page, and the browser decoded each at its own width
+        # (before: any positive width passed, so a page that lost figures passed too)
+        assert stored > 0 and len(images) == stored, (len(images), stored)
+        assert [w for w, _ in images] == [png_width(src) for _, src in images]
         for section_id in ("overview", *STUDIES, "results"):
             assert driver.find_elements("id", section_id), section_id
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]

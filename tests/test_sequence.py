@@ -346,18 +346,37 @@ def test_mesa_blocked_form_is_ridge_per_prefix(kind, limit, monkeypatch):
     assert np.all(per_position_norm(out - want) <= mesa_bound(parts, None))
 
 
-def test_mesa_with_unit_decay_is_the_blocked_form():
-    """``decay`` all 1 takes the blocked form: the same numbers as ``decay=None``, both the
-    numpy ridge fit."""
+def ridge_per_token(q, k, v, beta, lam):
+    """Mesa without decay, as defined (one head): ``o_t = H^{kv}_tᵀ (H^{kk}_t + λI)⁻¹ q_t`` with
+    ``H^{kk}_t = Σ_{i≤t} β_i k_i k_iᵀ``, ``H^{kv}_t = Σ_{i≤t} β_i k_i v_iᵀ``, one numpy solve per
+    token."""
+    kk, kv, out = lam * np.eye(k.shape[1]), np.zeros((k.shape[1], v.shape[1])), []
+    for t in range(len(k)):
+        kk = kk + beta[t] * np.outer(k[t], k[t])
+        kv = kv + beta[t] * np.outer(k[t], v[t])
+        out.append(kv.T @ np.linalg.solve(kk, q[t]))
+    return np.array(out)
+
+
+def test_mesa_with_unit_decay_is_the_blocked_form(monkeypatch):
+    """``decay`` all 1 takes the blocked form (the per-position solve, patched to fail, is never
+    called) and gives, like ``decay=None``, the ridge solve per token written above, within the
+    bound (before: the two calls were compared with each other, both ``mesa_woodbury``)."""
     q, k, v = draw("random", 18)
     beta = np.random.default_rng(18).uniform(0.1, 1.0, (B, H, T))
-    plain = mesa(q, k, v, beta, lam=0.4).numpy()
-    ones = mesa(q, k, v, beta, decay=np.ones((B, H, T)), lam=0.4).numpy()
-    want, parts = ref.heads(
+    plain = mesa(q, k, v, beta, lam=0.4, mode="chunk").numpy()
+
+    def per_position(*args, **kwargs):
+        raise AssertionError("decay all 1 solved per position")
+
+    monkeypatch.setattr(mesa_blocked, "mesa_per_position", per_position)
+    ones = mesa(q, k, v, beta, decay=np.ones((B, H, T)), lam=0.4, mode="chunk").numpy()
+    want = ref.heads(lambda qq, kk, vv, bb: ridge_per_token(qq, kk, vv, bb, 0.4), q, k, v, beta)
+    _, parts = ref.heads(
         lambda qq, kk, vv, bb: ref.decayed_ridge(qq, kk, vv, bb, np.ones(T), 0.4), q, k, v, beta
     )
-    assert np.array_equal(plain, ones)
-    assert np.all(per_position_norm(plain - want) <= mesa_bound(parts, None))
+    for out in (plain, ones):
+        assert np.all(per_position_norm(out - want) <= mesa_bound(parts, None))
 
 
 @pytest.mark.parametrize("size", [1, 5, 8, 9, 17, 64, 70])

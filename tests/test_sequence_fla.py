@@ -12,6 +12,7 @@ of the exact value), with the magnitudes in the bound computed in float64.
 import importlib.metadata
 import importlib.util
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -185,16 +186,35 @@ def test_mesa_net_exact(gated, mode):
     assert torch.all((ours - theirs).norm(dim=-1).double() <= tol)
 
 
-def test_timing_workload_runs_every_layer_and_its_references():
+class FakeClock:
+    """``perf_counter`` for :func:`attnreg.sequence.workload.bench_sequence` with 3 calls per
+    layer and 3 rounds: timed call ``m`` (start and end: two clock reads) takes
+    ``10 (n + 1) + (5, 1, 3)[r]`` seconds, ``n`` its call's place in the round, ``r`` the round."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> float:
+        m, end = divmod(self.calls, 2)
+        self.calls += 1
+        r, n = divmod(m % 9, 3)
+        return 1000.0 * m + (10.0 * (n + 1) + (5, 1, 3)[r] if end else 0.0)
+
+
+def test_timing_workload_runs_every_layer_and_its_references(monkeypatch):
     """``attnreg.sequence.workload.bench_sequence`` (the P8 workload) at a small length: every
     layer is timed with fla's forms beside it, and its call gives the layer's numbers."""
     from attnreg.sequence import workload
 
-    times = workload.bench_sequence(repeat=1, length=64)
+    clock = FakeClock()  # the timed rounds take the durations it hands out
+    monkeypatch.setattr(workload, "time", SimpleNamespace(perf_counter=clock))
+    times = workload.bench_sequence(repeat=3, length=64)
     assert set(times) == set(workload.LAYERS)
+    assert clock.calls == 2 * 3 * 3 * len(workload.LAYERS)  # start and end of every timed call
     for row in times.values():
         assert set(row) == {"attnreg", "fla_chunk", "fla_recurrent"}
-        assert all(t > 0 for t in row.values())
+        # in call order, the rounds took 10 (n + 1) + 5, + 1, + 3 s: the median is + 3
+        assert row == {name: 10.0 * (n + 1) + 3 for n, name in enumerate(row)}
     x = workload.workload_inputs(batch=B, heads=H, length=T, d_k=D, d_v=D)
     ours = workload.attnreg_call("gated_delta_rule", x)
     theirs = workload.fla_calls("gated_delta_rule", x)["recurrent"]()

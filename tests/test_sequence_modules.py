@@ -148,22 +148,77 @@ def test_softmax_and_local_linear_weight_hooks():
     assert torch.equal(edited, v[:, :, :1].expand(B, H, T, DV))
 
 
-def test_modules_give_the_functions_numbers():
-    q, k, v, beta, alpha = data(6)
-    lin = linear_attention(q, k, v, decay=alpha, scale=0.3)
-    pairs = [
-        (LinearAttentionLayer(scale=0.3)(q, k, v, alpha), lin),
-        (
-            DeltaRuleLayer(mode="recurrent")(q, k, v, beta),
-            delta_rule(q, k, v, beta, mode="recurrent"),
-        ),
-        (LonghornLayer()(q, k, v, beta), longhorn(q, k, v, beta)),
-        (MesaNetLayer(lam=0.5)(q, k, v, beta, alpha), mesa(q, k, v, beta, decay=alpha, lam=0.5)),
-        (SoftmaxAttentionLayer()(q, k, v), softmax_attention(q, k, v)),
-        (LocalLinearAttentionLayer(lam=0.5)(q, k, v), local_linear_attention(q, k, v, lam=0.5)),
-    ]
-    for a, b in pairs:
-        assert torch.equal(a, b)
+def online_bound(q, mags, alpha):
+    """``8 u (d + n_t) t ‖q_t‖ m_t`` per position: a contractive online update adds at most
+    ``u · O(d) · m_i`` of rounding per step and never amplifies it."""
+    steps = np.arange(1, T + 1)
+    budget = ref.heads(ref.log_budget, alpha)
+    return 8 * ref.U64 * (D + budget) * steps * np.linalg.norm(q, axis=-1) * mags
+
+
+def module_cases(q, k, v, beta, alpha):
+    """Each module's output and its independent numpy reference (:mod:`sequence_refs`: the
+    estimator each layer is, one token at a time, no attnreg code) with the rounding bound:
+    ``(output, reference, bound, per_position)`` (``per_position``: the bound is on the
+    Euclidean norm of each position's error, else elementwise)."""
+    tq, tk, tv, tb, ta = (torch.from_numpy(x) for x in (q, k, v, beta, alpha))
+    ones = np.ones((B, H, T))
+    budget = ref.heads(ref.log_budget, alpha)
+    cases = []
+    want, mag = ref.heads(ref.weighted_sum, 0.3 * q, k, v, alpha)
+    out = LinearAttentionLayer(scale=0.3)(tq, tk, tv, ta)
+    cases.append((out, want, 4 * ref.U64 * (D + budget)[..., None] * mag, False))
+    want, mags = ref.heads(ref.lms, q, k, v, beta, ones)
+    out = DeltaRuleLayer(mode="recurrent")(tq, tk, tv, tb)
+    cases.append((out, want, online_bound(q, mags, ones), True))
+    eps = beta / (1 + beta * (k * k).sum(-1))
+    _, mags = ref.heads(ref.lms, q, k, v, eps, ones)
+    out = LonghornLayer()(tq, tk, tv, tb)
+    cases.append((out, ref.heads(ref.proximal, q, k, v, beta), online_bound(q, mags, ones), True))
+    lam = np.full((B, H, D), 0.5)
+    want, parts = ref.heads(ref.decayed_ridge, q, k, v, beta, alpha, lam)
+    out = MesaNetLayer(lam=0.5)(tq, tk, tv, tb, ta)
+    cases.append((out, want, 8 * ref.U64 * (D + budget) * parts, True))
+    want, mags = ref.heads(lambda qq, kk, vv: ref.smoother(qq, kk, vv, 1.0), q, k, v)
+    cases.append((SoftmaxAttentionLayer()(tq, tk, tv), want, 4 * ref.U64 * mags[..., None], False))
+    want, mags = ref.heads(lambda qq, kk, vv: ref.local_linear_fit(qq, kk, vv, 0.5, 1.0), q, k, v)
+    out = LocalLinearAttentionLayer(lam=0.5)(tq, tk, tv)
+    cases.append((out, want, 4 * ref.U64 * mags[..., None], False))
+    return cases
+
+
+def test_modules_compute_their_layers():
+    """Each module, unhooked, against its numpy token loop within the rounding bound (before:
+    each module was compared with the very function it calls, which only its wiring could
+    fail)."""
+    q, k, v, beta, alpha = (x.numpy() for x in data(6))
+    for number, (out, want, bound, per_position) in enumerate(module_cases(q, k, v, beta, alpha)):
+        err = np.abs(out.numpy() - want)
+        if per_position:
+            err = np.linalg.norm(err, axis=-1)
+        assert np.all(err <= bound), (number, float((err / bound).max()))
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0])
+@pytest.mark.parametrize("hooked", [False, True])
+def test_softmax_layer_takes_a_zero_or_negative_scale_hooked_or_not(scale, hooked):
+    """``scale = 0``: the causal mean of the values; ``scale < 0`` weights by ``e^{scale q·k}``;
+    the same answer with ``hook_weights`` hooked as without (issue 29: unhooked it raised a false
+    "overflowed", hooked it returned values; fixed before this test, which guards it)."""
+    q, k, v, _, _ = (x.numpy() for x in data(8))
+    layer = SoftmaxAttentionLayer(scale=scale)
+    args = tuple(torch.from_numpy(x) for x in (q, k, v))
+    if hooked:
+        out = layer.run_with_hooks(*args, hooks=[("hook_weights", lambda w, _: None)])
+    else:
+        out = layer(*args)
+    want = np.empty_like(out.numpy())
+    for b, h, t in np.ndindex(B, H, T):
+        s = scale * (k[b, h, : t + 1] @ q[b, h, t])
+        w = np.exp(s - s.max())
+        want[b, h, t] = (w / w.sum()) @ v[b, h, : t + 1]
+    _, mags = ref.heads(lambda qq, kk, vv: ref.smoother(qq, kk, vv, scale), q, k, v)
+    assert np.all(np.abs(out.numpy() - want) <= 4 * ref.U64 * mags[..., None])
 
 
 # ------------------------------------------------------------------------------ contract

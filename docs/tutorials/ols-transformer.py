@@ -212,8 +212,9 @@ plt.show()
 #
 # To see what each one holds, split the patients at random into two halves, **A** and **B**
 # (221 each), fit the layer on A, and then keep its weights but swap the fast memory. With
-# `run_with_hooks`, the keys and values that flow into the attention core (`attn.hook_k`,
-# `attn.hook_v`) are replaced by another context's rows times the same `W_K = W_V = L_A`.
+# `run_with_hooks`, the keys and values that flow into the attention core (`attn.hook_k`, the
+# keys `X W_K`; `attn.hook_v`, the values `X W_V P`: the layer hands `W_P = P` to the core with
+# the values) are replaced by another context's rows times the same `W_K = W_V = L_A` (and `P_A`).
 # The output becomes
 #
 # `X* L_A G P_A`  with  `G = (X_new L_A)ᵀ(X_new L_A) = L_Aᵀ S_new L_A`,
@@ -238,9 +239,10 @@ base = layer_a(queries)[0].numpy()
 def with_context(rows: np.ndarray) -> np.ndarray:
     """The A-weights' forward pass with the fast memory swapped for ``X[rows]``."""
     new_keys = torch.as_tensor(X[rows]).unsqueeze(0) @ layer_a.w_k  # X_new W_K (= X_new W_V)
+    new = {"attn.hook_k": new_keys, "attn.hook_v": new_keys @ layer_a.w_p}  # keys, X_new W_V P
 
     def swap(tensor: torch.Tensor, name: str) -> torch.Tensor:
-        return new_keys
+        return new[name]
 
     hooks = [("attn.hook_k", swap), ("attn.hook_v", swap)]
     return layer_a.run_with_hooks(queries, hooks=hooks, method="forward")[0].numpy()

@@ -244,8 +244,10 @@ class OLSTransformer(_RegressionLayer):
         ``(X* L) kᵀ = X* L kᵀ``, and ``W_P`` goes into the values, ``V W_P = K P``, so the
         core's linear path forms the ``d × dy`` state ``L (Kᵀ (K P))`` — neither the ``d × d``
         state ``KᵀK`` nor the ``M × d`` queries ``X* L``. With a hook registered, the whole
-        batch at once through the layer's own forward (so every hook sees every task, with
-        ``hook_q`` = ``X* W_Q`` and ``hook_v`` = ``X W_V``), and so with the feed-forward block."""
+        batch at once through the layer's own forward (so every hook sees every task), which
+        hands the core the same tensors (:meth:`_forward`): the same floating-point operations
+        per task, so a read-only hook leaves the prediction bit for bit as it is. With the
+        feed-forward block, always the layer's forward."""
         hooked = any(m.active for m in self.attn.modules() if isinstance(m, HookPoint))
         if hooked or self.ffn is not None:
             return super()._fit_attend(x, y, xq)
@@ -287,16 +289,21 @@ class OLSTransformer(_RegressionLayer):
 
     def _forward(self, xq: torch.Tensor) -> torch.Tensor:
         """``(X* W_Q)(X W_K)ᵀ (X W_V) W_P / c`` through the core; the tied ``W_K = W_V`` project
-        the context once. With the feed-forward block (``convention="tan-zhao"``) the core
-        returns the attention output ``(B, M, d)``, the block applies ``W_FFN``, then ``W_P``."""
+        the context once. Without the feed-forward block, as the unhooked ``predict`` computes
+        it (one arithmetic, hooked or not): ``W_Q`` is the core's bilinear metric and ``W_P``
+        goes into the values, so ``attn.hook_q`` sees the raw queries ``X*`` (as in
+        :class:`OLSAttention`), ``attn.hook_k`` the keys ``X W_K`` and ``attn.hook_v`` the
+        projected values ``X W_V W_P``; the scores ``X* W_Q (X W_K)ᵀ`` are unchanged. With the
+        block (``convention="tan-zhao"``) the core takes ``X* W_Q`` and ``X W_V``, returns the
+        attention output ``(B, M, d)``, the block applies ``W_FFN``, then ``W_P``."""
         if self.keys is None:
             self.keys = project(self.context, self.w_k)
         tied = self.w_k.data_ptr() == self.w_v.data_ptr() and self.w_k.shape == self.w_v.shape
         values = self.keys if tied else project(self.context, self.w_v)
-        q = project(xq, self.w_q)
         if self.ffn is None:
-            return self.attn(q, self.keys, values, w_o=self.w_p, beta=1.0 / self.scale)
-        hidden = self.attn(q, self.keys, values, beta=1.0 / self.scale)
+            values = project(values, self.w_p)  # X W_V W_P, (B, N, dy)
+            return self.attn(xq, self.keys, values, metric=self.w_q, beta=1.0 / self.scale)
+        hidden = self.attn(project(xq, self.w_q), self.keys, values, beta=1.0 / self.scale)
         return project(self.ffn(hidden), self.w_p)
 
     @property

@@ -303,8 +303,10 @@ def check_underflow(
     y_ctx: torch.Tensor,
     x_query: torch.Tensor,
     name: str = "predict",
+    cause: str = "the inputs are too small for this computation",
 ) -> torch.Tensor:
-    """Return ``out`` (``(B, M, dy)``) unless a task's answer underflowed; else ``ValueError``.
+    """Return ``out`` (``(B, M, dy)``) unless a task's answer underflowed; else ``ValueError``
+    naming ``name`` and ``cause`` and asking to rescale the inputs.
 
     A task underflowed when every entry of its answer is zero or subnormal while ``compute``
     (the same prediction, on checked batched tensors) on its inputs rescaled by powers of two to
@@ -312,7 +314,8 @@ def check_underflow(
     at this input scale (e.g. one GD step, ``(η/N) x* XᵀY``, is of order ``s³`` for inputs of
     magnitude ``s = 1e-300``). A genuinely zero answer (``y = 0``, queries orthogonal to the
     context) is zero at unit scale too and is returned. ``compute`` runs only when some task's
-    answer is entirely zero or subnormal.
+    answer is entirely zero or subnormal. Sequence-layer inputs ``(B, H, T, d)`` are rescaled
+    per batch element and head, and a task is a batch element.
     """
     if out.numel() == 0:
         return out
@@ -325,7 +328,7 @@ def check_underflow(
         )
     bad = underflowed(out, unit)
     if bool(bad.any()):
-        raise underflow_error(name, int(bad.nonzero()[0, 0]), out.dtype)
+        raise underflow_error(name, int(bad.nonzero()[0, 0]), out.dtype, cause)
     return out
 
 

@@ -20,9 +20,18 @@ and the optimiser. Written with the map ``W`` (``d_v × d_k``) the states below 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from attnreg.core.validation import ArrayLike, check_finite_result, check_flag, check_positive
+from attnreg.core.scaling import unit_scale
+from attnreg.core.validation import (
+    ArrayLike,
+    check_finite_result,
+    check_flag,
+    check_positive,
+    check_underflow,
+)
 from attnreg.sequence.chunked import (
     delta_chunked,
     diagonal_chunked,
@@ -51,6 +60,22 @@ def _log(alpha: torch.Tensor | None) -> torch.Tensor | None:
     return None if alpha is None else alpha.log()
 
 
+Layer = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def checked_result(
+    out: torch.Tensor, layer: Layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, name: str
+) -> torch.Tensor:
+    """``out`` unless it overflowed (:func:`check_finite_result`) or underflowed: the estimators'
+    policy (:func:`attnreg.core.validation.check_underflow`) — a batch element whose output is
+    entirely zero or subnormal while ``layer`` (the same computation, parameters fixed) on ``q,
+    k, v`` rescaled to unit magnitude is not is a ``ValueError`` naming ``q`` and ``k`` (inputs
+    so small that ``q·k`` and ``k·k`` underflow, e.g. ``q, k ~ 1e-200`` in float64)."""
+    out = check_finite_result(out, name)
+    cause = "q and k are so small that the products q·k (and k·k) underflow"
+    return check_underflow(out, lambda kc, vc, qc: layer(qc, kc, vc), k, v, q, name, cause)
+
+
 def linear_attention(
     q: ArrayLike,
     k: ArrayLike,
@@ -71,24 +96,45 @@ def linear_attention(
     per-head constant ``(H,)`` (RetNet, Sun et al. 2023) or a per-token gate ``(B, H, T)``
     (GLA's / Mamba-2's scalar gate: Yang et al. 2024, Dao & Gu 2024). Normalised, it is the
     Nadaraya–Watson smoother with the linear kernel ``k_iᵀ q_t`` (Katharopoulos et al. 2020).
+    The normalised output does not change when ``q`` or ``k`` of a head is multiplied by a
+    positive number, so both are first brought to unit magnitude per head by powers of two
+    (exact): ``q, k ~ 1e±200`` give the answer rather than an underflow or overflow.
     """
     qt, kt, vt = check_qkv(q, k, v)
     alpha = decay_of(decay, kt)
     mode = choose_mode(mode, kt)
     check_flag("normalize", normalize)
     qt = qt * check_scale(scale)
-    d_v = vt.shape[-1]
     if normalize:
-        vt = torch.cat([vt, torch.ones_like(vt[..., :1])], dim=-1)
+        qt, kt = qt / unit_scale(qt), kt / unit_scale(kt)
+
+    def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
+        return _linear(qc, kc, vc, alpha, normalize, mode)
+
+    return checked_result(layer(qt, kt, vt), layer, qt, kt, vt, "linear_attention")
+
+
+def _linear(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    alpha: torch.Tensor | None,
+    normalize: bool,
+    mode: str,
+) -> torch.Tensor:
+    """:func:`linear_attention` on validated inputs (``q`` already scaled)."""
+    d_v = v.shape[-1]
+    if normalize:
+        v = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
     if mode == "fused":
-        out = fused(qt, kt, vt, alpha, None, False)
+        out = fused(q, k, v, alpha, None, False)
     elif mode == "chunk":
-        out = linear_chunked(qt, kt, vt, _log(alpha))
+        out = linear_chunked(q, k, v, _log(alpha))
     else:
-        out = linear_recurrent(qt, kt, vt, alpha)[0]
+        out = linear_recurrent(q, k, v, alpha)[0]
     if normalize:
         out = normalized(out[..., :d_v], out[..., d_v:])
-    return check_finite_result(out, "linear_attention")
+    return out
 
 
 def normalized(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
@@ -131,18 +177,33 @@ def delta_rule(
     alpha = decay_of(decay, kt)
     mode = choose_mode(mode, kt)
     qt = qt * check_scale(scale)
+
+    def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
+        return _delta(qc, kc, vc, b, alpha, mode)
+
+    return checked_result(layer(qt, kt, vt), layer, qt, kt, vt, "delta_rule")
+
+
+def _delta(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    alpha: torch.Tensor | None,
+    mode: str,
+) -> torch.Tensor:
+    """The delta rule on validated inputs (``q`` already scaled, ``beta`` ``(B, H, T)``)."""
     if mode == "fused":
-        out = fused(qt, kt, vt, alpha, b, True)
-    elif mode == "chunk":
-        out = delta_chunked(qt, kt, vt, b, _log(alpha))
-    else:
-        out = delta_recurrent(qt, kt, vt, b, alpha)[0]
-    return check_finite_result(out, "delta_rule")
+        return fused(q, k, v, alpha, beta, True)
+    if mode == "chunk":
+        return delta_chunked(q, k, v, beta, _log(alpha))
+    return delta_recurrent(q, k, v, beta, alpha)[0]
 
 
 def longhorn_step(beta: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """``ε_t = β_t / (1 + β_t k_tᵀ k_t)`` (``(B, H, T)``): the step of the implicit update; where
-    ``β_t k_tᵀ k_t`` overflows, the same value as ``1 / (1/β_t + k_tᵀ k_t)``."""
+    ``β_t k_tᵀ k_t`` overflows, the same value as ``1 / (1/β_t + k_tᵀ k_t)``. For keys beyond
+    ``HUGE_KEY`` ``k_tᵀ k_t`` nears overflow and ``ε_t`` underflow: see :func:`longhorn_terms`."""
     squares = (k * k).sum(-1)
     denominator = 1 + beta * squares
     eps = beta / denominator
@@ -150,6 +211,40 @@ def longhorn_step(beta: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     if bool(overflow.any()):
         eps = torch.where(overflow, 1 / (1 / beta + squares), eps)
     return eps
+
+
+HUGE_KEY = 2.0**256  # beyond it ‖k‖² nears the float64 range and ε = O(1/‖k‖²) underflows
+
+
+def longhorn_terms(
+    beta: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per token ``(k'_t, γ_t, v'_t)`` with ``γ_t k'_t k'_tᵀ = ε_t k_t k_tᵀ`` and
+    ``γ_t k'_t v'_tᵀ = ε_t k_t v_tᵀ``: Longhorn's update written as a delta-rule step (and its
+    diagonal as decayed linear attention) in a representable order.
+
+    Keys of magnitude at most ``HUGE_KEY``: ``(k_t, ε_t, v_t)`` (:func:`longhorn_step`). Beyond:
+    the unit key ``k'_t = k_t / ‖k_t‖``, ``v'_t = v_t / ‖k_t‖`` and
+    ``γ_t = ε_t ‖k_t‖² = 1 / (1 + 1/(β_t ‖k_t‖²))`` (in ``[0, 1)``), with ``‖k_t‖`` computed from
+    ``k_t / 2^e`` (``2^e ≥ max |k_t|``): neither ``‖k_t‖²`` (which overflows for ``k ~ 1e200``)
+    nor ``ε_t`` (which underflows) is formed."""
+    _, e = torch.frexp(k.detach().abs().amax(-1))
+    power = torch.ldexp(torch.ones_like(beta), e)  # 2^e ≥ max |k_t| per token
+    big = power > HUGE_KEY
+    if not bool(big.any()):
+        return k, longhorn_step(beta, k), v
+    # ε of the other tokens; the huge keys are zeroed there so that no branch holds inf or NaN
+    eps = longhorn_step(beta, torch.where(big.unsqueeze(-1), torch.zeros_like(k), k))
+    unit = k / power.unsqueeze(-1)
+    n = torch.linalg.vector_norm(unit, dim=-1)  # in [1/2, √d_k]: no over- or underflow
+    ones = torch.ones_like(n)
+    n = torch.where(big, n, ones)
+    norm = power * n  # ‖k_t‖
+    safe = torch.where(big, beta, ones)  # no inf in the branch not taken (its gradient is 0·inf)
+    gamma = 1 / (1 + (1 / (safe * norm)) / norm)
+    keys = torch.where(big.unsqueeze(-1), unit / n.unsqueeze(-1), k)
+    values = torch.where(big.unsqueeze(-1), v / power.unsqueeze(-1) / n.unsqueeze(-1), v)
+    return keys, torch.where(big, gamma, eps), values
 
 
 def longhorn(
@@ -174,23 +269,23 @@ def longhorn(
     coordinate).
     """
     qt, kt, vt = check_qkv(q, k, v)
-    eps = longhorn_step(per_token("beta", beta, kt, low=0.0), kt)
+    b = per_token("beta", beta, kt, low=0.0)
     mode = choose_mode(mode, kt)
+    check_flag("diagonal", diagonal)
     qt = qt * check_scale(scale)
-    if diagonal:
+
+    def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
+        keys, step, values = longhorn_terms(b, kc, vc)
+        if not diagonal:
+            return _delta(qc, keys, values, step, None, mode)
         if mode == "fused":
-            out = fused(qt, kt, vt, 1 - eps.unsqueeze(-1) * kt * kt, eps, False)
-        elif mode == "chunk":
-            out = diagonal_chunked(qt, kt, vt, eps)
-        else:
-            out = diagonal_longhorn_recurrent(qt, kt, vt, eps)[0]
-    elif mode == "fused":
-        out = fused(qt, kt, vt, None, eps, True)
-    elif mode == "chunk":
-        out = delta_chunked(qt, kt, vt, eps, None)
-    else:
-        out = delta_recurrent(qt, kt, vt, eps, None)[0]
-    return check_finite_result(out, "longhorn")
+            decay = 1 - step.unsqueeze(-1) * keys * keys
+            return fused(qc, keys, values, decay, step, False)
+        if mode == "chunk":
+            return diagonal_chunked(qc, keys, values, step)
+        return diagonal_longhorn_recurrent(qc, keys, values, step)[0]
+
+    return checked_result(layer(qt, kt, vt), layer, qt, kt, vt, "longhorn")
 
 
 def mesa(
@@ -225,11 +320,13 @@ def mesa(
     lam_t = check_lam(lam, kt)
     mode = choose_mode(mode, kt, fused=False)
     qt = qt * check_scale(scale)
-    if mode == "chunk":
-        out = mesa_chunked(qt, kt, vt, b, _log(alpha), lam_t)
-    else:
-        out = mesa_recurrent(qt, kt, vt, b, alpha, lam_t)[0]
-    return check_finite_result(out, "mesa")
+
+    def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
+        if mode == "chunk":
+            return mesa_chunked(qc, kc, vc, b, _log(alpha), lam_t)
+        return mesa_recurrent(qc, kc, vc, b, alpha, lam_t)[0]
+
+    return checked_result(layer(qt, kt, vt), layer, qt, kt, vt, "mesa")
 
 
 def softmax_attention(

@@ -46,6 +46,7 @@ from __future__ import annotations
 import torch
 
 from attnreg.sequence.chunked import blocks, carry_states, lower_inverse, unblock
+from attnreg.sequence.recurrent import solve_ridge
 
 CHUNK = 64
 GROUP_BYTES = 64 * 2**20  # temporaries per group of blocks
@@ -210,5 +211,5 @@ def _positions(
             alpha[..., c, None, None] * state, kb[..., c, :, None], k[..., c, None, :]
         )
         systems.append(state + ridge)
-    x = torch.linalg.solve(torch.stack(systems, dim=-3), q)
+    x = solve_ridge(torch.stack(systems, dim=-3), q)  # singular: ValueError naming lam
     return (x * decay.unsqueeze(-1)) @ kv0 + ((x @ k.mT) * mix) @ v

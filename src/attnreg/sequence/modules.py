@@ -158,11 +158,11 @@ class LonghornLayer(SequenceLayer):
                 qt, kt, vt, beta, scale=self.scale, diagonal=self.diagonal, mode=self.mode
             )
             return self.hook_output(out)
-        eps = layers.longhorn_step(per_token("beta", beta, kt, low=0.0), kt)
+        keys, step, values = layers.longhorn_terms(per_token("beta", beta, kt, low=0.0), kt, vt)
         if self.diagonal:
-            _, states = diagonal_longhorn_recurrent(qt, kt, vt, eps, states=True)
+            _, states = diagonal_longhorn_recurrent(qt, keys, values, step, states=True)
         else:
-            _, states = delta_recurrent(qt, kt, vt, eps, None, states=True)
+            _, states = delta_recurrent(qt, keys, values, step, None, states=True)
         assert states is not None
         out = state_readout(self.hook_state(states), qt * self.scale)
         return self.hook_output(check_finite_result(out, "longhorn"))

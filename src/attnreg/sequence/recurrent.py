@@ -126,6 +126,26 @@ def ridge_readout(
     kk: torch.Tensor, kv: torch.Tensor, q: torch.Tensor, reg: torch.Tensor
 ) -> torch.Tensor:
     """``H^{kv}ᵀ (H^{kk} + Λ)⁻¹ q`` by an LU solve, for ``kk (…, d_k, d_k)``, ``kv (…, d_k, d_v)``,
-    ``q (…, d_k)`` and ``reg = Λ`` broadcastable to ``kk``."""
-    x = torch.linalg.solve(kk + reg, q.unsqueeze(-1))
+    ``q (…, d_k)`` and ``reg = Λ`` broadcastable to ``kk``; a singular system is a
+    ``ValueError`` naming ``lam`` (:func:`solve_ridge`)."""
+    x = solve_ridge(kk + reg, q.unsqueeze(-1))
     return (kv.mT @ x).squeeze(-1)
+
+
+def solve_ridge(systems: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """``(H^{kk}_t + Λ)⁻¹ rhs`` by LU with partial pivoting (``torch.linalg.solve`` batching).
+
+    ``H^{kk}_t`` has rank at most ``min(t, d_k)``: in the directions the keys do not span only
+    ``Λ`` keeps the system invertible. A ``Λ`` below the rounding of ``H^{kk}_t`` (e.g.
+    ``lam=1e-17`` against unit keys, ``T < d_k``) leaves it singular in floating point: that is a
+    ``ValueError`` naming ``lam`` (too small for the rank of the keys), never a raw
+    ``torch.linalg.LinAlgError``."""
+    x, info = torch.linalg.solve_ex(systems, rhs)
+    if bool((info != 0).any()):
+        raise ValueError(
+            "lam: the ridge system H^{kk}_t + diag(lam) is singular in "
+            f"{str(systems.dtype).removeprefix('torch.')}: lam is too small for the rank of the "
+            "keys (fewer tokens than d_k, or dependent keys, leave directions that only lam "
+            "covers); use a larger lam"
+        )
+    return x
