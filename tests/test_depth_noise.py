@@ -171,6 +171,13 @@ def test_converged_sees_a_plateau_and_a_falling_loss():
     assert converged(flat)["converged"] is False  # it never learned
     assert converged(falling)["converged"] is False
     assert converged(blown)["converged"] is False
+    # a deep stack that spiked once and sits 1e24 above where it started to learn: a plateau of
+    # means (the spike inflates the scatter), not a converged run
+    spiked = [8.0, 6.8e28, 65.0, *(1e24 * (1 + 0.5 * rng.standard_normal(397)) ** 2)]
+    assert converged(spiked)["converged"] is False
+    # one spike inside a learned plateau does not undo it
+    bumped = [*learned[:-50], 1e6, *learned[-49:]]
+    assert converged(bumped)["converged"] is True
 
 
 def test_config_refuses_too_few_points_to_estimate_the_noise():

@@ -203,9 +203,14 @@ def full_config(**changes: Any) -> DepthConfig:
     noise curves; the noise claims' regimes: Garg et al.'s (a 12-layer stack on noiseless
     tasks, ``d = 20``, k to 2d), Akyürek et al.'s grid of depths and widths, and Vladymyrov et
     al.'s (stacks of 3, 5 and 7 layers, ``D = 10``, ``N = 20``, σ_max ∈ {1, 3, 5}, 3 seeds,
-    4000 steps each: about 1 CPU-hour for the mixed-noise part alone, timed from a 4000-step
-    5-layer run of 145 s; about 3 CPU-hours for the whole noise half). One part alone:
-    ``--set parts='["mixed"]'``."""
+    4000 steps each: 52 minutes on one thread for the mixed-noise part alone, measured; about
+    3 CPU-hours for the whole noise half). One part alone: ``--set parts='["mixed"]'``.
+
+    Measured on 2026-11-29 (one run, seeds 0–2): the mixed-noise part does **not** reach
+    Vladymyrov et al.'s regime with these settings — the 7-layer stacks (no LayerNorm, as the
+    paper's) diverge at ``lr = 3e-3`` (and at ``1e-3``), and the stacks at σ_max = 1 stay above
+    ConstRR after 4000 steps — so its claim keeps no verdict until a training recipe that
+    converges there is found."""
     base: dict[str, Any] = {
         "atlas_n_ctx": [4, 8, 16, 64],
         "cap": 5000,

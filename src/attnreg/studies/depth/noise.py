@@ -148,25 +148,32 @@ def _train(
 
 
 def converged(losses: list[float], fraction: float = 0.2) -> dict[str, Any]:
-    """Whether a run's training loss has reached a plateau: the mean loss over its last
-    ``fraction`` of steps against the mean over the ``fraction`` before, the drop within two
-    standard errors of the difference (the batch losses' own scatter over those steps), and
-    below the mean over its first ``fraction`` (a run that did not learn, or blew up, has not
-    converged). Returns ``{"converged", "loss_drop", "loss_drop_se", "final_loss"}``."""
+    """Whether a run's training loss has reached a plateau: the median loss over its last
+    ``fraction`` of steps against the median over the ``fraction`` before, the drop within two
+    standard errors of the difference, and below the median over its first ``fraction`` (a run
+    that did not learn, or blew up, has not converged). Medians and the median absolute
+    deviation (``1.4826 · MAD / √w`` per window, the normal-consistent scale) keep a few
+    exploding batches — a deep linear-attention stack's loss can spike to 1e28 — from passing
+    for a plateau by inflating the scatter. Returns ``{"converged", "loss_drop",
+    "loss_drop_se", "final_loss"}``."""
     w = max(int(len(losses) * fraction), 2)
     if len(losses) < 2 * w:
         return {"converged": False, "loss_drop": math.nan, "loss_drop_se": math.nan}
     first = torch.tensor(losses[:w], dtype=torch.float64)
     prev = torch.tensor(losses[-2 * w : -w], dtype=torch.float64)
     last = torch.tensor(losses[-w:], dtype=torch.float64)
-    drop = float(prev.mean() - last.mean())
-    se = math.sqrt(float(prev.var() / w + last.var() / w))
-    learned = bool(torch.isfinite(last).all()) and float(last.mean()) < float(first.mean())
+
+    def scale(x: torch.Tensor) -> float:
+        return 1.4826 * float((x - x.median()).abs().median()) / math.sqrt(w)
+
+    drop = float(prev.median() - last.median())
+    se = math.hypot(scale(prev), scale(last))
+    learned = bool(torch.isfinite(last).all()) and float(last.median()) < float(first.median())
     return {
         "converged": learned and drop <= 2 * se,
         "loss_drop": drop,
         "loss_drop_se": se,
-        "final_loss": float(last.mean()),
+        "final_loss": float(last.median()),
     }
 
 
