@@ -386,3 +386,21 @@ def test_a_part_left_out_adds_nothing():
         DepthConfig(parts=["noises"])
     with pytest.raises(ValueError, match="parts: must list"):
         DepthConfig(parts=[])
+
+
+def test_the_trained_figure_draws_stacks_of_any_depth():
+    """The full profile's 8-layer stacks (and deeper) once gave matplotlib an alpha above 1."""
+    from attnreg.studies.depth.figures import trained_figure
+
+    rows = [
+        {"kind": "iterate", "kappa": 1.0, "n_ctx": 20, "method": "gd", "iterate": k, "loss": 1.0}
+        for k in range(13)
+    ] + [
+        {"kind": "trained", "kappa": 1.0, "n_ctx": 20, "method": "gd", "layers": depth}
+        | {"layer": layer, "loss": 1.0 / (1 + layer)}
+        for depth in (1, 8, 12)
+        for layer in range(depth + 1)
+    ]
+    fig = trained_figure(rows)
+    alphas = [line.get_alpha() for line in fig.axes[0].lines if line.get_alpha() is not None]
+    assert len(alphas) == 3 and max(alphas) == 1.0 and alphas == sorted(alphas)

@@ -62,9 +62,11 @@ def trained_figure(rows: list[dict[str, Any]]) -> Figure:
             and (r["kappa"], r["n_ctx"]) == (kappa, n)
             and r["method"] == "gd"
         ]
-        for depth in sorted({r["layers"] for r in trained}):
+        depths = sorted({r["layers"] for r in trained})
+        for i, depth in enumerate(depths):
             pts = [(r["layer"], r["loss"]) for r in trained if r["layers"] == depth]
-            ax.plot(*zip(*pts, strict=True), "s:", color="k", ms=4, alpha=0.4 + 0.6 * depth / 6)
+            shade = 0.4 + 0.6 * (i + 1) / len(depths)  # deeper stacks darker, at most 1
+            ax.plot(*zip(*pts, strict=True), "s:", color="k", ms=4, alpha=shade)
         ax.plot([], [], "s:", color="k", label="trained stacks (per layer)")
         ax.set_yscale("log")
         ax.set_xlabel("layer ℓ / iterate k")
