@@ -1,8 +1,9 @@
 """Paired comparisons of two predictors (or memories, or settings) measured on the same draws:
 the one way the studies turn two columns of errors into a number of standard errors.
 
-``paired_difference(a, b)`` is the mean of ``a − b`` and its standard error (the sample
-standard deviation of the differences, ``ddof = 1``, over ``√n``; NaN for fewer than two);
+``standard_error(values)`` is the standard error of a mean (the sample standard deviation,
+``ddof = 1``, over ``√n``; NaN for fewer than two values); ``paired_difference(a, b)`` is the
+mean of ``a − b`` and its standard error;
 ``in_standard_errors(mean, se)`` is ``mean / se``, with ``se = 0`` read as exact agreement (0)
 or an exact gap (±∞); ``paired_z(a, b)`` is the two together.
 """
@@ -24,12 +25,16 @@ def _array(values: Values) -> np.ndarray:
     return np.asarray(values, dtype=float).ravel()
 
 
+def standard_error(values: Values) -> float:
+    """The standard error of the mean of ``values`` (``ddof = 1``); NaN for fewer than two."""
+    a = _array(values)
+    return float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else math.nan
+
+
 def paired_difference(a: Values, b: Values) -> tuple[float, float]:
     """The mean of ``a − b`` over the paired draws and its standard error."""
     diff = _array(a) - _array(b)
-    if diff.size < 2:
-        return (float(diff.mean()) if diff.size else math.nan), math.nan
-    return float(diff.mean()), float(diff.std(ddof=1) / math.sqrt(diff.size))
+    return (float(diff.mean()) if diff.size else math.nan), standard_error(diff)
 
 
 def in_standard_errors(mean: float, se: float) -> float:

@@ -23,7 +23,6 @@ tr(Σ)/N Σ`` for the Wishart ``S = XᵀX/N``): even the best fixed ``M`` is ``�
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any
 
@@ -34,6 +33,7 @@ from attnreg.models.regressors import AttentionRegression
 from attnreg.plateaus import PlateauWarning
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import cosine
+from attnreg.studies.paired import standard_error
 from attnreg.training import TrainConfig, generator, train
 
 QUESTION = "does W_q W_kᵀ trained in context across tasks (one Σ) learn Σ⁻¹?"
@@ -128,12 +128,6 @@ def measure(cfg: CompareConfig) -> dict[str, Any]:
     }
 
 
-def se(values: list[float]) -> float:
-    """Standard error of the mean (``ddof = 1``)."""
-    a = np.asarray(values, dtype=float)
-    return float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else math.nan
-
-
 def answer(m: dict[str, Any]) -> str:
     """The open question's answer, computed from :func:`measure`'s numbers."""
     trained = np.asarray(m["trained"])
@@ -142,7 +136,7 @@ def answer(m: dict[str, Any]) -> str:
     above = bool(trained.min() > max(top, m["identity"]))
     return (
         f"Trained in context (one Σ, d = {m['d']}, N = {m['context']}, κ = {m['condition']:g}): "
-        f"cos(W_q W_kᵀ, Σ⁻¹) = {trained.mean():.3f} ± {se(m['trained']):.2g} over "
+        f"cos(W_q W_kᵀ, Σ⁻¹) = {trained.mean():.3f} ± {standard_error(m['trained']):.2g} over "
         f"{trained.size} seeds, "
         + ("above" if above else "not above")
         + f" the null ({null.size} random initialisations, 95th percentile {top:.2f}; identity "

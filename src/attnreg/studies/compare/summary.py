@@ -14,10 +14,11 @@ import numpy as np
 
 from attnreg.studies.common import summary_table
 from attnreg.studies.compare.config import CompareConfig
-from attnreg.studies.compare.in_context import answer, se
+from attnreg.studies.compare.in_context import answer
 from attnreg.studies.compare.ols_transformer import OLSTransformerResult
 from attnreg.studies.compare.tang_retrieval import Z_LIMIT
 from attnreg.studies.ledger import OPEN, REMARK, Claim, Quote, Threshold
+from attnreg.studies.paired import standard_error
 from attnreg.studies.quotes import TAN_ZHAO_MEMORIES, TANG_TRAINABLE_METRIC
 from attnreg.studies.sources import ATTNREG
 from attnreg.thresholds import check
@@ -331,7 +332,7 @@ def claims(
                     "identity": float(in_context["identity"]),
                     "minimiser ((N+1)/N Σ + tr Σ/N I)⁻¹": float(in_context["optimal"]),
                 },
-                errors={"trained": se(trained)},
+                errors={"trained": standard_error(trained)},
                 answer=answer(in_context),
             )
         )

@@ -51,7 +51,7 @@ from attnreg.studies.compare.density import validated_beta
 from attnreg.studies.compare.metrics import mse
 from attnreg.studies.compare.tang_retrieval import SECTION, SEED_TAG
 from attnreg.studies.ledger import IDENTITY, REMARK, Claim, Threshold
-from attnreg.studies.paired import paired_z
+from attnreg.studies.paired import paired_z, standard_error
 from attnreg.studies.quotes import TANG_SQRT_DK
 
 QUESTION = "Tang: does 1/√d_k handle the scale of key/query pairs, and not correlation?"
@@ -210,10 +210,6 @@ def _mses(rows: list[dict[str, Any]], part: str, kind: str, rule: str, **at: Any
     return np.array([r["test_mse"] for r in sorted(sel, key=lambda r: r["seed"])])
 
 
-def _se(values: np.ndarray) -> float:
-    return float(values.std(ddof=1) / math.sqrt(values.size)) if values.size > 1 else math.nan
-
-
 def rho_slopes(rows: list[dict[str, Any]], kind: str, rule: str) -> np.ndarray:
     """Per seed, the least-squares slope of test MSE in ρ (part 2) of one cell."""
     rhos = sorted({r["rho"] for r in rows if r["part"] == "scaling: correlation"})
@@ -263,7 +259,7 @@ def _summary(rows: list[dict[str, Any]], cfg: CompareConfig) -> dict[str, Any]:
         cells = [_mses(rows, "scale", "none", rule, d_k=dk) for rule in RULES]
         table.append(
             [dk]
-            + [f"{m.mean():.4g} ± {_se(m):.2g}" for m in cells]
+            + [f"{m.mean():.4g} ± {standard_error(m):.2g}" for m in cells]
             + [paired_z(cells[0], best), paired_z(cells[1], best)]
         )
     rho_table = []
@@ -274,7 +270,10 @@ def _summary(rows: list[dict[str, Any]], cfg: CompareConfig) -> dict[str, Any]:
         rho_table.append(
             [label]
             + [f"{v.mean():.4g}" for v in m]
-            + [f"{s.mean():.3g} ± {_se(s):.2g}", s.mean() / _se(s) if _se(s) > 0 else math.nan]
+            + [
+                f"{s.mean():.3g} ± {standard_error(s):.2g}",
+                s.mean() / standard_error(s) if standard_error(s) > 0 else math.nan,
+            ]
         )
     return {
         QUESTION: summary_table(
@@ -318,7 +317,7 @@ def claims(rows: list[dict[str, Any]]) -> list[Claim]:
 
     def slope_z(kind: str, rule: str) -> float:
         s = rho_slopes(rows, kind, rule)
-        se = _se(s)
+        se = standard_error(s)
         return float(s.mean() / se) if se > 0 else (0.0 if s.mean() == 0 else math.inf)
 
     scaled = {label: slope_z(kind, rule) for kind, rule, label in RHO_CELLS[:2]}
@@ -376,7 +375,12 @@ def figure(rows: list[dict[str, Any]]) -> FigureRecord:
     for rule, label in zip(RULES, ("β = 1/√d_k", "β = 1", "best β (validated)"), strict=True):
         m = [_mses(rows, "scale", "none", rule, d_k=dk) for dk in dks]
         axes[0][0].errorbar(
-            dks, [v.mean() for v in m], [_se(v) for v in m], marker="o", capsize=3, label=label
+            dks,
+            [v.mean() for v in m],
+            [standard_error(v) for v in m],
+            marker="o",
+            capsize=3,
+            label=label,
         )
     axes[0][0].set(xscale="log", xlabel="d_k (iid inputs)", ylabel="test MSE")
     axes[0][0].set_xticks(dks, [str(dk) for dk in dks])
@@ -385,7 +389,12 @@ def figure(rows: list[dict[str, Any]]) -> FigureRecord:
     for kind, rule, label in RHO_CELLS:
         m = [_mses(rows, "correlation", kind, rule, rho=rho) for rho in rhos]
         axes[0][1].errorbar(
-            rhos, [v.mean() for v in m], [_se(v) for v in m], marker="o", capsize=3, label=label
+            rhos,
+            [v.mean() for v in m],
+            [standard_error(v) for v in m],
+            marker="o",
+            capsize=3,
+            label=label,
         )
     axes[0][1].set(xlabel="equicorrelation ρ", ylabel="test MSE")
     axes[0][1].set_title("Correlated features", fontsize=10)

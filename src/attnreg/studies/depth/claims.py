@@ -16,6 +16,7 @@ from typing import Any
 from attnreg.studies.depth.config import DepthConfig
 from attnreg.studies.depth.iterates import line_r2
 from attnreg.studies.ledger import EMPIRICAL, IDENTITY, Claim, Quote, Regime, Threshold
+from attnreg.studies.paired import standard_error
 from attnreg.studies.sources import AKYUREK, FU, GARG, GIANNOU, VLADYMYROV
 
 FU_WORDS = Quote(
@@ -178,9 +179,7 @@ def over_seeds(trends: list[dict[str, Any]]) -> str:
     n = min(len(v) for v in cells.values())
     parts = []
     for kappa, v in cells.items():
-        mean = sum(v) / len(v)
-        se = math.sqrt(sum((x - mean) ** 2 for x in v) / (len(v) - 1) / len(v))
-        parts.append(f"{mean:.3g} ± {se:.2g} (κ = {kappa:g})")
+        parts.append(f"{sum(v) / len(v):.3g} ± {standard_error(v):.2g} (κ = {kappa:g})")
     return f"; {n} seeds per cell, Newton-step slope over seeds {', '.join(parts)}"
 
 
