@@ -57,6 +57,38 @@ def test_fused_delta_rules_are_online_least_squares(t, kind):
         assert np.all(np.linalg.norm(fused - loop, axis=-1) <= 2 * bound)
 
 
+@pytest.mark.parametrize("scale", [-0.3, 2.0**-3])
+def test_the_kernel_scales_the_read_out_as_scaled_queries_would(scale):
+    """``scale`` is applied in the kernel, once per output entry: the answer is the estimator's
+    at the queries ``scale · q``, to the same bound."""
+    q, k, v, beta, alpha = draw(33, 7)
+    want, mags = ref.heads(ref.lms, scale * q, k, v, beta, alpha)
+    out = delta_rule(q, k, v, beta, decay=alpha, scale=scale, mode="fused").numpy()
+    assert np.all(np.linalg.norm(out - want, axis=-1) <= online_bound(scale * q, mags, alpha))
+
+
+def test_the_kernel_reports_the_largest_output_of_each_batch_element():
+    """The largest ``|o|`` per batch element, computed while ``o`` is written, is what the
+    finiteness and underflow checks read: it must be ``max |o|`` exactly, and NaN where ``o``
+    has a NaN (here a NaN value reaches the kernel directly, past the layers' input checks)."""
+    q, k, v, beta, _ = (torch.from_numpy(x) for x in draw(31, 8))
+    out, largest = fused_autograd.fused(q, k, v, None, beta, True, 0.5)
+    assert torch.equal(largest, out.abs().flatten(1).amax(1))
+    v[1, 0, 5, 2] = float("nan")
+    out, largest = fused_autograd.fused(q, k, v, None, beta, True, 1.0)
+    assert torch.isnan(out[1]).any() and not torch.isnan(out[0]).any()
+    assert torch.isnan(largest[1]) and largest[0] == out[0].abs().max()
+
+
+def test_a_read_out_scaled_below_the_float_range_is_refused_and_a_zero_scale_is_zero():
+    """Outputs of order ``1e-320`` (subnormal in float64) because of ``scale`` are an underflow,
+    as they were when ``q`` was scaled before the kernel; ``scale = 0`` is a true zero."""
+    q, k, v, beta, _ = draw(5, 9)
+    with pytest.raises(ValueError, match=r"delta_rule: .*underflow"):
+        delta_rule(q, k, v, beta, scale=1e-320, mode="fused")
+    assert not delta_rule(q, k, v, beta, scale=0.0, mode="fused").any()
+
+
 @pytest.mark.parametrize("t", LENGTHS)
 def test_fused_linear_attention_is_the_weighted_sum(t):
     q, k, v, _, alpha = draw(t, 100 + t, normalize=False)

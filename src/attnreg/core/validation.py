@@ -283,10 +283,19 @@ def check_model_tasks(
     return xc, yc, xq, shape
 
 
-def check_finite_result(out: torch.Tensor, name: str = "predict") -> torch.Tensor:
+def check_finite_result(
+    out: torch.Tensor, name: str = "predict", largest: torch.Tensor | None = None
+) -> torch.Tensor:
     """Return ``out`` if every entry is finite; else a ``ValueError``: the inputs were finite
-    (they are checked on entry), so the computation overflowed at this input scale."""
-    if out.numel() and not math.isfinite(float(out.detach().sum())):
+    (they are checked on entry), so the computation overflowed at this input scale.
+    ``largest``: the largest ``|out|`` per task (NaN where a task has a NaN), when the
+    computation produced it (a fused kernel does, while writing ``out``): then ``out`` is not
+    read again."""
+    if largest is not None:
+        finite = bool(torch.isfinite(largest).all())
+    else:
+        finite = not out.numel() or math.isfinite(float(out.detach().sum()))
+    if not finite:
         if not bool(torch.isfinite(out).all()):
             raise ValueError(
                 f"{name}: the result overflowed (inf/NaN) although the inputs are finite: the "
@@ -304,9 +313,11 @@ def check_underflow(
     x_query: torch.Tensor,
     name: str = "predict",
     cause: str = "the inputs are too small for this computation",
+    largest: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Return ``out`` (``(B, M, dy)``) unless a task's answer underflowed; else ``ValueError``
-    naming ``name`` and ``cause`` and asking to rescale the inputs.
+    naming ``name`` and ``cause`` and asking to rescale the inputs. ``largest``: each task's
+    largest ``|out|`` when the computation produced it (else computed here).
 
     A task underflowed when every entry of its answer is zero or subnormal while ``compute``
     (the same prediction, on checked batched tensors) on its inputs rescaled by powers of two to
@@ -322,7 +333,8 @@ def check_underflow(
     tiny = torch.finfo(out.dtype).tiny
     # the largest magnitude of each task's answer (amax of |out|: 4x faster than comparing
     # every |entry| with tiny, 8x faster than vector_norm(ord=inf), measured at P8's size)
-    largest = out.detach().flatten(1).abs().amax(dim=1)
+    if largest is None:
+        largest = out.detach().flatten(1).abs().amax(dim=1)
     if not bool((largest < tiny).any()):
         return out
     with torch.no_grad():

@@ -54,9 +54,12 @@ chain (measured at P9's size: 211 → 76 ms per training step with ``contract``)
 
 
 @njit(parallel=True, cache=True, fastmath=FORWARD_MATH)
-def _forward_kernel(q, k, v, alpha, beta, delta, out, keep, kept):  # type: ignore[no-untyped-def]
-    """``out[b, h, t] = S_tᵀ q_t``; with ``keep > 0`` the state before token ``c · keep`` is
-    stored in ``kept[b, h, c]`` (the starts of the chunks the backward pass recomputes)."""
+def _forward_kernel(  # type: ignore[no-untyped-def]
+    q, k, v, alpha, beta, delta, scale, out, keep, kept, largest
+):
+    """``out[b, h, t] = scale · S_tᵀ q_t``; ``largest[b, h] = max |out[b, h]|`` (NaN if an entry
+    is NaN); with ``keep > 0`` the state before token ``c · keep`` is stored in ``kept[b, h, c]``
+    (the starts of the chunks the backward pass recomputes)."""
     n_b, n_h, n_t, d_k = k.shape
     d_v = v.shape[3]
     per_row = alpha.shape[3] != 1
@@ -68,6 +71,8 @@ def _forward_kernel(q, k, v, alpha, beta, delta, out, keep, kept):  # type: igno
         nxt = np.zeros(d_v, dtype=out.dtype)
         u = np.zeros(d_v, dtype=out.dtype)
         o = np.zeros(d_v, dtype=out.dtype)
+        big = 0.0
+        nan = False
         for t in range(n_t):
             if keep > 0 and t % keep == 0:
                 kept[b, h, t // keep] = s
@@ -100,8 +105,12 @@ def _forward_kernel(q, k, v, alpha, beta, delta, out, keep, kept):  # type: igno
                         row[j] = x
                         o[j] += q_i * x
             for j in range(d_v):
-                out[b, h, t, j] = o[j]
+                x = scale * o[j]
+                out[b, h, t, j] = x
+                big = max(big, abs(x))
+                nan = nan or x != x
             pred, nxt = nxt, pred
+        largest[b, h] = np.nan if nan else big
     return out
 
 
@@ -233,11 +242,15 @@ def fused_forward(
     beta: torch.Tensor | None,
     delta: bool,
     *,
+    scale: float = 1.0,
     keep: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The family's recurrence (module docstring) for ``q, k (B, H, T, d_k)``,
     ``v (B, H, T, d_v)``, ``alpha (B, H, T)`` or ``(B, H, T, d_k)`` or ``None`` (no decay),
-    ``beta (B, H, T)`` or ``None`` (1); returns ``o (B, H, T, d_v)`` and, with ``keep > 0``, the
+    ``beta (B, H, T)`` or ``None`` (1), the read-out scaled by ``scale`` (``o_t = scale · S_tᵀ
+    q_t``: the query scale applied once per output entry, not as a copy of ``q``); returns
+    ``o (B, H, T, d_v)``, the largest ``|o|`` of each batch element (``(B,)``, NaN where an entry
+    is NaN: the finiteness and underflow checks need nothing else) and, with ``keep > 0``, the
     states before tokens ``0, keep, 2·keep, …`` (``(B, H, ⌈T/keep⌉, d_k, d_v)``)."""
     if k.device.type != "cpu":
         raise ValueError(f"mode='fused' runs on the CPU only; got tensors on {k.device}")
@@ -248,8 +261,10 @@ def fused_forward(
     out = np.empty((n_b, n_h, n_t, va.shape[3]), dtype=ka.dtype)
     n_kept = -(-n_t // keep) if keep > 0 else 1
     kept = np.empty((n_b, n_h, n_kept if keep > 0 else 0, d_k, va.shape[3]), dtype=ka.dtype)
-    _forward_kernel(qa, ka, va, a, bt, bool(delta), out, int(keep), kept)
-    return torch.from_numpy(out), torch.from_numpy(kept) if keep > 0 else None
+    largest = np.empty((n_b, n_h), dtype=ka.dtype)
+    _forward_kernel(qa, ka, va, a, bt, bool(delta), scale, out, int(keep), kept, largest)
+    per_batch = torch.from_numpy(largest).amax(1) if n_h else torch.zeros(n_b, dtype=k.dtype)
+    return torch.from_numpy(out), per_batch, torch.from_numpy(kept) if keep > 0 else None
 
 
 def fused_backward(

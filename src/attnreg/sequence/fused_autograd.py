@@ -17,9 +17,10 @@ CHUNK = 64  # tokens between stored states; the backward recomputes one chunk's 
 
 
 class FusedRecurrence(torch.autograd.Function):
-    """``o = FusedRecurrence.apply(q, k, v, alpha, beta, delta)``: the family of
+    """``o, largest = FusedRecurrence.apply(q, k, v, alpha, beta, delta, scale)``: the family of
     :mod:`attnreg.sequence.fused` (``alpha (B, H, T)``, ``(B, H, T, d_k)`` or ``None``;
-    ``beta (B, H, T)`` or ``None``), differentiable in every tensor argument."""
+    ``beta (B, H, T)`` or ``None``; ``o_t = scale · S_tᵀ q_t``), differentiable in every tensor
+    argument; ``largest`` (``(B,)``, the largest ``|o|`` per batch element) is not."""
 
     @staticmethod
     def forward(
@@ -30,19 +31,26 @@ class FusedRecurrence(torch.autograd.Function):
         alpha: torch.Tensor | None,
         beta: torch.Tensor | None,
         delta: bool,
-    ) -> torch.Tensor:
+        scale: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         grad = any(ctx.needs_input_grad[:5])
-        out, kept = fused_forward(q, k, v, alpha, beta, delta, keep=CHUNK if grad else 0)
+        out, largest, kept = fused_forward(
+            q, k, v, alpha, beta, delta, scale=scale, keep=CHUNK if grad else 0
+        )
         if kept is not None:
             ctx.save_for_backward(q, k, v, alpha, beta, kept)
         ctx.delta = delta
-        return out
+        ctx.scale = scale
+        ctx.mark_non_differentiable(largest)
+        return out, largest
 
     @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor) -> Any:
+    def backward(ctx: Any, grad_out: torch.Tensor, _grad_largest: torch.Tensor) -> Any:
         q, k, v, alpha, beta, kept = ctx.saved_tensors
+        # o is linear in scale: the gradients of ⟨g, scale · o'⟩ are those of ⟨scale · g, o'⟩
+        grad = grad_out if ctx.scale == 1 else grad_out * ctx.scale
         dq, dk, dv, dalpha, dbeta = fused_backward(
-            q, k, v, alpha, beta, ctx.delta, grad_out, kept, CHUNK
+            q, k, v, alpha, beta, ctx.delta, grad, kept, CHUNK
         )
         if alpha is not None:
             dalpha = dalpha.reshape(alpha.shape)
@@ -52,6 +60,7 @@ class FusedRecurrence(torch.autograd.Function):
             dv,
             dalpha if alpha is not None else None,
             dbeta if beta is not None else None,
+            None,
             None,
         )
 
@@ -63,9 +72,11 @@ def fused(
     alpha: torch.Tensor | None,
     beta: torch.Tensor | None,
     delta: bool,
-) -> torch.Tensor:
+    scale: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``S_t = Diag(α_t) S_{t−1} + k_t u_tᵀ``,
-    ``u_t = β_t (v_t − [delta] (Diag(α_t) S_{t−1})ᵀ k_t)``, ``o_t = S_tᵀ q_t`` (shapes in
-    :class:`FusedRecurrence`), differentiable."""
-    out: torch.Tensor = FusedRecurrence.apply(q, k, v, alpha, beta, delta)
-    return out
+    ``u_t = β_t (v_t − [delta] (Diag(α_t) S_{t−1})ᵀ k_t)``, ``o_t = scale · S_tᵀ q_t`` (shapes in
+    :class:`FusedRecurrence`), differentiable; returns ``o`` and the largest ``|o|`` of each
+    batch element (``(B,)``, NaN where ``o`` has a NaN), computed while ``o`` is written."""
+    out, largest = FusedRecurrence.apply(q, k, v, alpha, beta, delta, float(scale))
+    return out, largest

@@ -60,20 +60,33 @@ def _log(alpha: torch.Tensor | None) -> torch.Tensor | None:
     return None if alpha is None else alpha.log()
 
 
-Layer = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+Result = tuple[torch.Tensor, torch.Tensor | None]
+"""A layer's output ``o`` and, when the computation produced it (the fused kernel does, while
+writing ``o``), the largest ``|o|`` of each batch element (``(B,)``, NaN where ``o`` has one)."""
+Layer = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], Result]
+"""``layer(q, k, v, scale)``: a layer's computation with its parameters fixed, queries scaled by
+``scale``."""
 
 
 def checked_result(
-    out: torch.Tensor, layer: Layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, name: str
+    layer: Layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, name: str
 ) -> torch.Tensor:
-    """``out`` unless it overflowed (:func:`check_finite_result`) or underflowed: the estimators'
-    policy (:func:`attnreg.core.validation.check_underflow`) — a batch element whose output is
-    entirely zero or subnormal while ``layer`` (the same computation, parameters fixed) on ``q,
-    k, v`` rescaled to unit magnitude is not is a ``ValueError`` naming ``q`` and ``k`` (inputs
-    so small that ``q·k`` and ``k·k`` underflow, e.g. ``q, k ~ 1e-200`` in float64)."""
-    out = check_finite_result(out, name)
+    """``layer(q, k, v, scale)``'s output unless it overflowed (:func:`check_finite_result`) or
+    underflowed: the estimators' policy (:func:`attnreg.core.validation.check_underflow`) — a
+    batch element whose output is entirely zero or subnormal while ``layer`` on ``scale · q``,
+    ``k``, ``v`` rescaled to unit magnitude is not is a ``ValueError`` naming ``q`` and ``k``
+    (inputs so small that ``q·k`` and ``k·k`` underflow, e.g. ``q, k ~ 1e-200`` in float64).
+    Both checks read the largest ``|o|`` per batch element from the layer's :data:`Result` when
+    it has it."""
+    out, largest = layer(q, k, v, scale)
+    out = check_finite_result(out, name, largest)
     cause = "q and k are so small that the products q·k (and k·k) underflow"
-    return check_underflow(out, lambda kc, vc, qc: layer(qc, kc, vc), k, v, q, name, cause)
+    unit_query_scale = 0.0 if scale == 0 else 1.0  # unit magnitude takes the scale's away too
+
+    def unit(kc: torch.Tensor, vc: torch.Tensor, qc: torch.Tensor) -> torch.Tensor:
+        return layer(qc, kc, vc, unit_query_scale)[0]
+
+    return check_underflow(out, unit, k, v, q, name, cause, largest)
 
 
 def linear_attention(
@@ -104,14 +117,15 @@ def linear_attention(
     alpha = decay_of(decay, kt)
     mode = choose_mode(mode, kt)
     check_flag("normalize", normalize)
-    qt = qt * check_scale(scale)
-    if normalize:
-        qt, kt = qt / unit_scale(qt), kt / unit_scale(kt)
+    s = check_scale(scale)
+    if normalize:  # the output does not change with q's scale: q is brought to unit magnitude
+        qt = qt * s
+        qt, kt, s = qt / unit_scale(qt), kt / unit_scale(kt), 1.0
 
-    def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
-        return _linear(qc, kc, vc, alpha, normalize, mode)
+    def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, sc: float) -> Result:
+        return _linear(qc, kc, vc, alpha, normalize, sc, mode)
 
-    return checked_result(layer(qt, kt, vt), layer, qt, kt, vt, "linear_attention")
+    return checked_result(layer, qt, kt, vt, s, "linear_attention")
 
 
 def _linear(
@@ -120,21 +134,27 @@ def _linear(
     v: torch.Tensor,
     alpha: torch.Tensor | None,
     normalize: bool,
+    scale: float,
     mode: str,
-) -> torch.Tensor:
-    """:func:`linear_attention` on validated inputs (``q`` already scaled)."""
+) -> Result:
+    """:func:`linear_attention` on validated inputs, queries scaled by ``scale``."""
     d_v = v.shape[-1]
     if normalize:
         v = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
+    largest = None
     if mode == "fused":
-        out = fused(q, k, v, alpha, None, False)
+        out, largest = fused(q, k, v, alpha, None, False, scale)
     elif mode == "chunk":
-        out = linear_chunked(q, k, v, _log(alpha))
+        out = linear_chunked(_scaled(q, scale), k, v, _log(alpha))
     else:
-        out = linear_recurrent(q, k, v, alpha)[0]
+        out = linear_recurrent(_scaled(q, scale), k, v, alpha)[0]
     if normalize:
-        out = normalized(out[..., :d_v], out[..., d_v:])
-    return out
+        return normalized(out[..., :d_v], out[..., d_v:]), None
+    return out, largest
+
+
+def _scaled(q: torch.Tensor, scale: float) -> torch.Tensor:
+    return q if scale == 1 else q * scale
 
 
 def normalized(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
@@ -176,12 +196,11 @@ def delta_rule(
     b = per_token("beta", beta, kt, low=0.0)
     alpha = decay_of(decay, kt)
     mode = choose_mode(mode, kt)
-    qt = qt * check_scale(scale)
 
-    def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
-        return _delta(qc, kc, vc, b, alpha, mode)
+    def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, sc: float) -> Result:
+        return _delta(qc, kc, vc, b, alpha, sc, mode)
 
-    return checked_result(layer(qt, kt, vt), layer, qt, kt, vt, "delta_rule")
+    return checked_result(layer, qt, kt, vt, check_scale(scale), "delta_rule")
 
 
 def _delta(
@@ -190,14 +209,16 @@ def _delta(
     v: torch.Tensor,
     beta: torch.Tensor,
     alpha: torch.Tensor | None,
+    scale: float,
     mode: str,
-) -> torch.Tensor:
-    """The delta rule on validated inputs (``q`` already scaled, ``beta`` ``(B, H, T)``)."""
+) -> Result:
+    """The delta rule on validated inputs (``beta`` ``(B, H, T)``), queries scaled by
+    ``scale``."""
     if mode == "fused":
-        return fused(q, k, v, alpha, beta, True)
+        return fused(q, k, v, alpha, beta, True, scale)
     if mode == "chunk":
-        return delta_chunked(q, k, v, beta, _log(alpha))
-    return delta_recurrent(q, k, v, beta, alpha)[0]
+        return delta_chunked(_scaled(q, scale), k, v, beta, _log(alpha)), None
+    return delta_recurrent(_scaled(q, scale), k, v, beta, alpha)[0], None
 
 
 def longhorn_step(beta: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -272,20 +293,19 @@ def longhorn(
     b = per_token("beta", beta, kt, low=0.0)
     mode = choose_mode(mode, kt)
     check_flag("diagonal", diagonal)
-    qt = qt * check_scale(scale)
 
-    def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
+    def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, sc: float) -> Result:
         keys, step, values = longhorn_terms(b, kc, vc)
         if not diagonal:
-            return _delta(qc, keys, values, step, None, mode)
+            return _delta(qc, keys, values, step, None, sc, mode)
         if mode == "fused":
             decay = 1 - step.unsqueeze(-1) * keys * keys
-            return fused(qc, keys, values, decay, step, False)
+            return fused(qc, keys, values, decay, step, False, sc)
         if mode == "chunk":
-            return diagonal_chunked(qc, keys, values, step)
-        return diagonal_longhorn_recurrent(qc, keys, values, step)[0]
+            return diagonal_chunked(_scaled(qc, sc), keys, values, step), None
+        return diagonal_longhorn_recurrent(_scaled(qc, sc), keys, values, step)[0], None
 
-    return checked_result(layer(qt, kt, vt), layer, qt, kt, vt, "longhorn")
+    return checked_result(layer, qt, kt, vt, check_scale(scale), "longhorn")
 
 
 def mesa(
@@ -319,14 +339,14 @@ def mesa(
     alpha = decay_of(decay, kt)
     lam_t = check_lam(lam, kt)
     mode = choose_mode(mode, kt, fused=False)
-    qt = qt * check_scale(scale)
 
-    def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
+    def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, sc: float) -> Result:
+        qs = _scaled(qc, sc)
         if mode == "chunk":
-            return mesa_chunked(qc, kc, vc, b, _log(alpha), lam_t)
-        return mesa_recurrent(qc, kc, vc, b, alpha, lam_t)[0]
+            return mesa_chunked(qs, kc, vc, b, _log(alpha), lam_t), None
+        return mesa_recurrent(qs, kc, vc, b, alpha, lam_t)[0], None
 
-    return checked_result(layer(qt, kt, vt), layer, qt, kt, vt, "mesa")
+    return checked_result(layer, qt, kt, vt, check_scale(scale), "mesa")
 
 
 def softmax_attention(
