@@ -202,6 +202,11 @@ def test_p8_smoke_rows_are_consistent_and_agree_with_fla():
             fraction = details["delta_useful_flops"] / sec / rate
             assert row["fraction_of_matmul_rate"] == pytest.approx(fraction, rel=8 * 2**-53)
             assert row["speedup_vs_fla_recurrent"] == delta["fla_recurrent"] / sec
+        for name in p8_sequence.FRACTION_LAYERS:  # judged on the call timed beside the matmul
+            sec = layers[name]["seconds"]
+            local = 2.0 * SMOKE.matmul**3 / sec["matmul"]
+            fraction = details["delta_useful_flops"] / sec["attnreg_beside_matmul"] / local
+            assert layers[name]["fraction_of_matmul_rate"] == pytest.approx(fraction, rel=1e-12)
     finally:
         torch.set_num_threads(threads)
 
@@ -356,7 +361,10 @@ def test_p9_smoke_row_follows_its_checks():
     row = p9_training.bench_p9(SMOKE, 1).row()
     details = row["details"]
     assert row["target"] == target_text(p9_training.LIMITS)
-    assert set(details["seconds"]) == {"fused", "chunk", "fla_chunk"}
-    assert row["value"] == details["seconds"]["chunk"] / details["seconds"]["fused"]
+    seconds = details["seconds"]
+    assert set(seconds) == {"fused", "chunk", "fused_beside_fla", "fla_chunk"}
+    assert row["value"] == seconds["chunk"] / seconds["fused"]
+    # fla's reference is compared with the fused step timed in its own alternation
+    assert details["fla_chunk_over_fused"] == seconds["fla_chunk"] / seconds["fused_beside_fla"]
     assert row["passed"] == all(c["passed"] for c in details["checks"])
     assert details["first_call_seconds"] > 0

@@ -36,10 +36,10 @@ def draw(t, seed, kind="random", normalize=True):
 
 def online_bound(q, mags, alpha, u=ref.U64):
     """``8 u (d + n_t) t ‖q_t‖ m_t``: the contractive online updates' rounding (test_sequence)."""
-    t = q.shape[2]
+    t, d = q.shape[2:]
     steps = np.arange(1, t + 1)
     return (
-        8 * u * (D + ref.heads(ref.log_budget, alpha)) * steps * np.linalg.norm(q, axis=-1) * mags
+        8 * u * (d + ref.heads(ref.log_budget, alpha)) * steps * np.linalg.norm(q, axis=-1) * mags
     )
 
 
@@ -80,6 +80,29 @@ def test_the_kernel_reports_the_largest_output_of_each_batch_element():
     assert torch.isnan(largest[1]) and largest[0] == out[0].abs().max()
 
 
+@pytest.mark.parametrize(
+    ("argument", "bad"), [("v", float("nan")), ("q", float("inf")), ("k", -float("inf"))]
+)
+def test_a_bad_input_that_meets_zeros_still_reaches_the_output_and_is_named(argument, bad):
+    """The fused form checks ``q, k, v`` only when its output is not finite: a NaN or Inf must
+    reach the output even where it is multiplied by zero — ``β_t = 0`` at the bad token, the
+    state still zero (token 0, ``v_0 = 0``), a zero query."""
+    q, k, v, beta, alpha = draw(6, 12)
+    beta[:, :, 0] = 0.0
+    v[:, :, 0] = 0.0
+    q[:, :, 0] = 0.0
+    args = {"q": q, "k": k, "v": v}
+    args[argument] = args[argument].copy()
+    args[argument][1, 1, 0, 3 % args[argument].shape[-1]] = bad
+    for decay in (None, alpha):
+        with pytest.raises(ValueError, match=rf"{argument}: contains (NaN|Inf) at index \(1, 1, 0"):
+            delta_rule(args["q"], args["k"], args["v"], beta, decay=decay, mode="fused")
+    with pytest.raises(ValueError, match=rf"{argument}: contains"):
+        linear_attention(args["q"], args["k"], args["v"], mode="fused")
+    with pytest.raises(ValueError, match=rf"{argument}: contains"):
+        longhorn(args["q"], args["k"], args["v"], beta, diagonal=True, mode="fused")
+
+
 def test_a_read_out_scaled_below_the_float_range_is_refused_and_a_zero_scale_is_zero():
     """Outputs of order ``1e-320`` (subnormal in float64) because of ``scale`` are an underflow,
     as they were when ``q`` was scaled before the kernel; ``scale = 0`` is a true zero."""
@@ -87,6 +110,24 @@ def test_a_read_out_scaled_below_the_float_range_is_refused_and_a_zero_scale_is_
     with pytest.raises(ValueError, match=r"delta_rule: .*underflow"):
         delta_rule(q, k, v, beta, scale=1e-320, mode="fused")
     assert not delta_rule(q, k, v, beta, scale=0.0, mode="fused").any()
+
+
+@pytest.mark.parametrize("d_k", [4, 5, 7, 9])
+def test_the_rows_in_fours_and_the_rows_left_over(d_k):
+    """The kernel updates the state four rows at a time and the last ``d_k mod 4`` rows one at
+    a time: key widths with no rows left over, and with one, three and one after two fours."""
+    rng = np.random.default_rng(d_k)
+    q, k = rng.standard_normal((2, B, H, 33, d_k))
+    k = k / np.linalg.norm(k, axis=-1, keepdims=True)
+    v = rng.standard_normal((B, H, 33, DV))
+    beta, alpha = rng.uniform(0.0, 1.5, (B, H, 33)), rng.uniform(0.5, 1.0, (B, H, 33))
+    want, mags = ref.heads(ref.lms, q, k, v, beta, alpha)
+    out = delta_rule(q, k, v, beta, decay=alpha, mode="fused").numpy()
+    assert np.all(np.linalg.norm(out - want, axis=-1) <= online_bound(q, mags, alpha))
+    want, mag = ref.heads(ref.weighted_sum, q, k, v, alpha)
+    out = linear_attention(q, k, v, decay=alpha, mode="fused").numpy()
+    tol = 4 * ref.U64 * (d_k + ref.heads(ref.log_budget, alpha))[..., None] * mag
+    assert np.all(np.abs(out - want) <= tol)
 
 
 @pytest.mark.parametrize("t", LENGTHS)
@@ -186,6 +227,24 @@ def test_gradients_equal_autograd_through_the_token_loop():
     t = q.shape[2]
     for fused, loop in zip(*grads, strict=True):
         bound = 8 * ref.U64 * (D + t) * t * float(loop.abs().max())
+        assert float((fused - loop).abs().max()) <= bound
+
+
+def test_float32_gradients_are_within_their_bound():
+    """The backward kernel accumulates its dot products in the inputs' dtype: float32 gradients
+    (T = 150, three stored chunks, with a decay) against float64 autograd through the token
+    loop, to the same bound in float32's unit roundoff."""
+    q, k, v, beta, alpha = draw(150, 10)
+    grads = []
+    for dtype, mode in ((torch.float32, "fused"), (torch.float64, "recurrent")):
+        xs = [torch.tensor(x, dtype=dtype, requires_grad=True) for x in (q, k, v, beta, alpha)]
+        out = delta_rule(*xs[:4], decay=xs[4], mode=mode)
+        weights = torch.from_numpy(np.random.default_rng(11).standard_normal(out.shape))
+        (out * weights.to(dtype)).sum().backward()
+        grads.append([x.grad.double() for x in xs])
+    t = q.shape[2]
+    for fused, loop in zip(*grads, strict=True):
+        bound = 8 * ref.U32 * (D + t) * t * float(loop.abs().max())
         assert float((fused - loop).abs().max()) <= bound
 
 

@@ -40,13 +40,14 @@ def as_tensor(
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
     allow_empty: bool = False,
+    finite: bool = True,
 ) -> torch.Tensor:
     """Convert ``value`` to a finite floating tensor, or raise a ``ValueError`` naming ``name``.
 
     Integers/booleans become float64 (refused if any magnitude reaches 2**53, where float64 is
     no longer exact); float16/bfloat16/complex are refused. ``dtype`` casts afterwards. Unsigned
     torch tensors (uint8 … uint64) are read as numpy's unsigned arrays are, and stay on their
-    device.
+    device. ``finite=False``: the caller checks finiteness itself (:func:`check_finite`).
     """
     if isinstance(value, torch.Tensor) and value.dtype in _UNSIGNED:
         device = value.device if device is None else device
@@ -101,7 +102,8 @@ def as_tensor(
         raise ValueError(f"{name}: expected a {allowed}-D array, got shape {tuple(tensor.shape)}")
     if not allow_empty and tensor.numel() == 0:
         raise ValueError(f"{name}: is empty (shape {tuple(tensor.shape)})")
-    check_finite(name, tensor)
+    if finite:
+        check_finite(name, tensor)
     return tensor
 
 

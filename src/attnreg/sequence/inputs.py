@@ -12,7 +12,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from attnreg.core.validation import ArrayLike, as_tensor, check_choice, result_dtype
+from attnreg.core.validation import (
+    ArrayLike,
+    as_tensor,
+    check_choice,
+    check_finite,
+    result_dtype,
+)
 
 MODES = ("auto", "fused", "chunk", "recurrent")
 
@@ -34,12 +40,13 @@ def _parameter(name: str, value: float | ArrayLike, ndim: tuple[int, ...]) -> to
 
 
 def check_qkv(
-    q: ArrayLike, k: ArrayLike, v: ArrayLike
+    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, finite: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Validated ``q, k, v`` in one dtype (the widest of the three), with agreeing shapes."""
-    qt = as_tensor("q", q, ndim=(4,))
-    kt = as_tensor("k", k, ndim=(4,))
-    vt = as_tensor("v", v, ndim=(4,))
+    """Validated ``q, k, v`` in one dtype (the widest of the three), with agreeing shapes;
+    ``finite=False`` leaves their finiteness to the caller (:func:`check_qkv_for`)."""
+    qt = as_tensor("q", q, ndim=(4,), finite=finite)
+    kt = as_tensor("k", k, ndim=(4,), finite=finite)
+    vt = as_tensor("v", v, ndim=(4,), finite=finite)
     if qt.shape != kt.shape:
         raise ValueError(
             f"q and k must have the same shape (B, H, T, d_k): q {tuple(qt.shape)}, "
@@ -51,6 +58,27 @@ def check_qkv(
         )
     dtype = result_dtype(qt, kt, vt)
     return qt.to(dtype), kt.to(dtype), vt.to(dtype)
+
+
+def check_qkv_for(
+    mode: str, q: ArrayLike, k: ArrayLike, v: ArrayLike
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str]:
+    """:func:`check_qkv` and the form :func:`choose_mode` picks for a layer with a fused form.
+    For the fused form the finiteness of ``q, k, v`` is checked after the kernel, only when its
+    output is not finite (:func:`check_finite_qkv`): a NaN or ±Inf entry of ``q``, ``k`` or
+    ``v`` always reaches the output of its token (``0 · NaN``, ``0 · Inf`` and ``Inf − Inf``
+    are NaN), so a finite output proves finite inputs and three passes over them are saved."""
+    qt, kt, vt = check_qkv(q, k, v, finite=False)
+    form = choose_mode(mode, kt)
+    if form != "fused":
+        check_finite_qkv(qt, kt, vt)
+    return qt, kt, vt, form
+
+
+def check_finite_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """A ``ValueError`` naming ``q``, ``k`` or ``v`` and the first NaN/Inf index, if any."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_finite(name, x)
 
 
 def per_token(

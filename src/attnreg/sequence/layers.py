@@ -38,7 +38,15 @@ from attnreg.sequence.chunked import (
     linear_chunked,
 )
 from attnreg.sequence.fused_autograd import fused
-from attnreg.sequence.inputs import check_lam, check_qkv, check_scale, choose_mode, per_token
+from attnreg.sequence.inputs import (
+    check_finite_qkv,
+    check_lam,
+    check_qkv,
+    check_qkv_for,
+    check_scale,
+    choose_mode,
+    per_token,
+)
 from attnreg.sequence.kernel import local_linear, softmax_fused
 from attnreg.sequence.mesa_blocked import mesa_chunked
 from attnreg.sequence.recurrent import (
@@ -79,6 +87,8 @@ def checked_result(
     Both checks read the largest ``|o|`` per batch element from the layer's :data:`Result` when
     it has it."""
     out, largest = layer(q, k, v, scale)
+    if largest is not None and not bool(torch.isfinite(largest).all()):
+        check_finite_qkv(q, k, v)  # the fused form's inputs are checked only now
     out = check_finite_result(out, name, largest)
     cause = "q and k are so small that the products q·k (and k·k) underflow"
     unit_query_scale = 0.0 if scale == 0 else 1.0  # unit magnitude takes the scale's away too
@@ -113,12 +123,13 @@ def linear_attention(
     positive number, so both are first brought to unit magnitude per head by powers of two
     (exact): ``q, k ~ 1e±200`` give the answer rather than an underflow or overflow.
     """
-    qt, kt, vt = check_qkv(q, k, v)
+    qt, kt, vt, mode = check_qkv_for(mode, q, k, v)
     alpha = decay_of(decay, kt)
-    mode = choose_mode(mode, kt)
     check_flag("normalize", normalize)
     s = check_scale(scale)
     if normalize:  # the output does not change with q's scale: q is brought to unit magnitude
+        if mode == "fused":  # its normalised output carries no largest |o|: checked now
+            check_finite_qkv(qt, kt, vt)
         qt = qt * s
         qt, kt, s = qt / unit_scale(qt), kt / unit_scale(kt), 1.0
 
@@ -192,10 +203,9 @@ def delta_rule(
     does, ``k / ‖k‖``), and the recurrence is stable when ``0 ≤ β_t ‖k_t‖² ≤ 2``
     (``I − β_t k_t k_tᵀ`` is then no expansion). ``beta ≥ 0``: a number, ``(H,)`` or ``(B, H, T)``.
     """
-    qt, kt, vt = check_qkv(q, k, v)
+    qt, kt, vt, mode = check_qkv_for(mode, q, k, v)
     b = per_token("beta", beta, kt, low=0.0)
     alpha = decay_of(decay, kt)
-    mode = choose_mode(mode, kt)
 
     def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, sc: float) -> Result:
         return _delta(qc, kc, vc, b, alpha, sc, mode)
@@ -289,9 +299,8 @@ def longhorn(
     ``I − ε_t k_t k_tᵀ ≈ diag(1 − ε_t k_t ⊙ k_t)`` (linear attention with one decay per key
     coordinate).
     """
-    qt, kt, vt = check_qkv(q, k, v)
+    qt, kt, vt, mode = check_qkv_for(mode, q, k, v)
     b = per_token("beta", beta, kt, low=0.0)
-    mode = choose_mode(mode, kt)
     check_flag("diagonal", diagonal)
 
     def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, sc: float) -> Result:
