@@ -22,7 +22,9 @@ The kernel makes one pass over the state per token: it updates row ``i``
 (``S_t[i] = α_{t,i} S_{t−1}[i] + k_{t,i} u_t``) and in the same pass accumulates the read-out
 ``o_t += q_{t,i} S_t[i]`` and the next token's prediction
 ``p_{t+1} += α_{t+1,i} k_{t+1,i} S_t[i]`` (``= S'ᵀ_{t+1} k_{t+1}``), so each token costs exactly
-the useful ``6 · d_k · d_v`` flops. The state is a local array; the inputs are read in place.
+the useful ``6 · d_k · d_v`` flops (four rows at a time when the decay is one factor per
+token; performance notes in ``benchmarks/README.md``). The state is a local array; the inputs
+are read in place.
 Compiled with numba (``@njit(parallel=True, cache=True)``; FMA contraction allowed, and in the
 backward reassociated dot products: :data:`FORWARD_MATH`, :data:`BACKWARD_MATH`; no flag that
 assumes finite values), parallel over batch × heads, float32 and float64.
