@@ -41,11 +41,25 @@ def weighted_sum(q, k, v, alpha):
     return (g * (q @ k.T)) @ v, (g * (np.abs(q) @ np.abs(k).T)) @ np.abs(v)
 
 
+def channel_weighted_sum(q, k, v, alpha):
+    """One decay per key channel (one head, ``alpha (T, d_k)``): ``o_t = Σ_{i≤t} Σ_c q_{t,c}
+    γ_{t,i,c} k_{i,c} v_i`` with ``γ_{t,i,c} = Π_{i<j≤t} α_{j,c}``, each channel's weights
+    from :func:`decay_weights`, and the elementwise magnitude that bounds its rounding."""
+    out, mag = np.zeros((len(q), v.shape[1])), np.zeros((len(q), v.shape[1]))
+    for c in range(k.shape[1]):
+        g = decay_weights(alpha[:, c])
+        out += (g * np.outer(q[:, c], k[:, c])) @ v
+        mag += (g * np.outer(np.abs(q[:, c]), np.abs(k[:, c]))) @ np.abs(v)
+    return out, mag
+
+
 def log_budget(alpha):
     """``n_t = (t + 1) · (1 + Σ_{j≤t} |log α_j|)`` per position: the summation length of a
-    prefix plus the cumulative log-decay, whose rounding a log-space form carries."""
+    prefix plus the cumulative log-decay, whose rounding a log-space form carries (with one
+    decay per channel, ``alpha (T, d_k)``, the largest channel's)."""
     t = np.arange(1, len(alpha) + 1)
-    return t * (1 + np.cumsum(np.abs(np.log(alpha))))
+    logs = np.abs(np.log(alpha))
+    return t * (1 + np.cumsum(logs.max(-1) if logs.ndim == 2 else logs))
 
 
 def lms(q, k, v, beta, alpha):
@@ -55,9 +69,9 @@ def lms(q, k, v, beta, alpha):
     w = np.zeros((v.shape[1], k.shape[1]))
     out, mags, mag = [], [], 0.0
     for t in range(len(k)):
-        w = alpha[t] * w
+        w = alpha[t] * w  # one factor, or (alpha (T, d_k)) one per column of W: W Diag(α_t)
         w = w - beta[t] * np.outer(w @ k[t] - v[t], k[t])
-        mag = alpha[t] * mag + beta[t] * np.linalg.norm(k[t]) * np.linalg.norm(v[t])
+        mag = np.max(alpha[t]) * mag + beta[t] * np.linalg.norm(k[t]) * np.linalg.norm(v[t])
         out.append(w @ q[t])
         mags.append(mag)
     return np.array(out), np.array(mags)

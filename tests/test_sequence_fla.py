@@ -74,7 +74,7 @@ def online_tol(q, k, v, beta, alpha):
 
 
 def test_references_load_without_the_fla_package():
-    for layer in ("delta_rule", "gated_delta_rule", "mesa_net", "linear_attn", "retention"):
+    for layer in ("delta_rule", "gated_delta_rule", "mesa_net", "linear_attn", "retention", "gla"):
         naive(layer)
     naive("simple_gla")
     assert "fla" not in sys.modules and "triton" not in sys.modules
@@ -129,6 +129,43 @@ def test_simple_gla(mode):
         fla.naive_parallel_simple_gla(*args)[0],
     ):
         assert torch.all((ours - fla_layout(out)).abs().double() <= tol)
+
+
+FUSED_MODES = ("fused", "recurrent")  # per-channel decays have no chunked form yet
+
+
+def channel_gates(seed):
+    """Log-decays ``g (B, H, T, D)``, one per key channel, in ``(log 0.5, 0]``."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.log(0.5 + 0.5 * torch.rand(B, H, T, D, generator=g))
+
+
+@pytest.mark.parametrize("mode", FUSED_MODES)
+def test_gla(mode):
+    """GLA: one gate per key channel, ``decay = exp(gk)`` of shape ``(B, H, T, d_k)``."""
+    fla = naive("gla")
+    q, k, v, _, _ = data(6)
+    gk = channel_gates(6)
+    ours = linear_attention(q, k, v, decay=gk.exp(), scale=D**-0.5, mode=mode)
+    theirs = fla.naive_recurrent_gla(*(fla_layout(x) for x in (q, k, v, gk)))[0]
+    _, mag = ref.heads(ref.channel_weighted_sum, *f64(q * D**-0.5, k, v, gk.exp()))
+    n = D + ref.heads(ref.log_budget, gk.exp().double().numpy())
+    tol = torch.from_numpy(8 * ref.U32 * n[..., None] * mag)
+    assert torch.all((ours - fla_layout(theirs)).abs().double() <= tol)
+
+
+@pytest.mark.parametrize("mode", FUSED_MODES)
+def test_kda(mode):
+    """Kimi Delta Attention: the delta rule after a per-channel decay ``exp(g)``, β per token;
+    fla's layout ``(B, T, H, d)``, its query scale ``d_k^{-1/2}`` by default."""
+    fla = naive("kda")
+    q, k, v, beta, _ = data(7, normalize=True)
+    g = channel_gates(7)
+    ours = delta_rule(q, k, v, beta, decay=g.exp(), scale=D**-0.5, mode=mode)
+    qf, kf, vf, gf = (fla_layout(x) for x in (q, k, v, g))
+    theirs = fla.naive_recurrent_kda(qf, kf, vf, gf, beta.transpose(1, 2).contiguous())[0]
+    tol = online_tol(q * D**-0.5, k, v, beta, g.exp())
+    assert torch.all((ours - fla_layout(theirs)).norm(dim=-1).double() <= tol)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -58,9 +58,11 @@ display(
 # | layer | weights `γ_{t,i}` | function class | optimiser | source |
 # |---|---|---|---|---|
 # | `linear_attention` | 1 | linear `W k` | one gradient step of size 1 from `W = 0` | Katharopoulos et al. 2020 |
-# | `linear_attention(decay=α)` | `Π_{i<j≤t} α_j` | linear | one gradient step from 0 | RetNet (Sun et al. 2023), GLA (Yang et al. 2024), Mamba-2 |
+# | `linear_attention(decay=α)` | `Π_{i<j≤t} α_j` | linear | one gradient step from 0 | RetNet (Sun et al. 2023), Mamba-2 (Dao & Gu 2024) |
+# | `linear_attention(decay=α)`, `α (B, H, T, d_k)` | `Π_{i<j≤t} α_j` per key channel | linear | one gradient step from 0, the past pairs weighted coordinate by coordinate (attnreg's reading) | GLA (Yang et al. 2024) |
 # | `delta_rule` | — (only the newest pair, per step) | linear | online least squares (LMS): one step of size `β_t` per token | DeltaNet (Schlag et al. 2021; Yang et al. 2024) |
 # | `delta_rule(decay=α)` | — | linear, weight decay `1 − α_t` | LMS with weight decay | Gated DeltaNet (Yang, Kautz & Hatamizadeh 2025) |
+# | `delta_rule(decay=α)`, `α (B, H, T, d_k)` | — | linear, weight decay `1 − α_{t,c}` per key coordinate | LMS after a per-coordinate weight decay | KDA (Kimi Team 2025, "Kimi Linear") |
 # | `longhorn` | — | linear | implicit (proximal) online step `argmin ‖W − W_{t−1}‖² + β‖W k − v‖²` | Longhorn (Liu et al. 2024) |
 # | `mesa` | `β_i Π_{i<j≤t} α_j` | linear, ridge `Λ` | exact solve of the ridge problem at every `t` | MesaNet (von Oswald et al. 2025) |
 # | `softmax_attention` | `e^{scale · q_tᵀ k_i}` | constant `b` | closed form (the weighted mean): Nadaraya–Watson | Vaswani et al. 2017 |

@@ -89,11 +89,13 @@ def per_token(
     low: float,
     high: float = float("inf"),
     open_low: bool = False,
+    channels: bool = False,
 ) -> torch.Tensor:
     """``value`` as a ``(B, H, T)`` tensor for ``like`` of shape ``(B, H, T, ·)``; every entry
-    must lie in ``[low, high]`` (``(low, high]`` with ``open_low``)."""
+    must lie in ``[low, high]`` (``(low, high]`` with ``open_low``). ``channels``: a
+    ``(B, H, T, d_k)`` value (one per key channel, ``like``'s shape) is kept as it is."""
     b, h, t = like.shape[:3]
-    wide = _parameter(name, value, (0, 1, 3))
+    wide = _parameter(name, value, (0, 1, 3, 4) if channels else (0, 1, 3))
     tensor = wide.to(like.dtype)
     lost = (wide != 0) & (tensor == 0)
     if bool(lost.any()):
@@ -111,10 +113,17 @@ def per_token(
             f"{name}: a per-token value must have shape (B, H, T) = {(b, h, t)}, "
             f"got {tuple(tensor.shape)}"
         )
+    if tensor.ndim == 4 and tensor.shape != like.shape:
+        raise ValueError(
+            f"{name}: a per-channel value must have shape (B, H, T, d_k) = "
+            f"{tuple(like.shape)}, got {tuple(tensor.shape)}"
+        )
     below = tensor <= low if open_low else tensor < low
     if bool(below.any()) or bool((tensor > high).any()):
         left = "(" if open_low else "["
         raise ValueError(f"{name}: every value must lie in {left}{low:g}, {high:g}]")
+    if tensor.ndim == 4:
+        return tensor
     if tensor.ndim == 1:
         tensor = tensor.view(1, h, 1)
     return tensor.expand(b, h, t)

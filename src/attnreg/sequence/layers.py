@@ -57,11 +57,25 @@ from attnreg.sequence.recurrent import (
 )
 
 
-def decay_of(decay: float | ArrayLike | None, like: torch.Tensor) -> torch.Tensor | None:
-    """``α_t`` as ``(B, H, T)`` (``None`` without decay), checked in ``(0, 1]``."""
+def decay_of(
+    decay: float | ArrayLike | None, like: torch.Tensor, *, channels: bool = False
+) -> torch.Tensor | None:
+    """``α_t`` as ``(B, H, T)`` (``None`` without decay), checked in ``(0, 1]``; with
+    ``channels`` also ``(B, H, T, d_k)``, one factor per key channel (``S' = Diag(α_t) S``)."""
     if decay is None:
         return None
-    return per_token("decay", decay, like, low=0.0, high=1.0, open_low=True)
+    return per_token("decay", decay, like, low=0.0, high=1.0, open_low=True, channels=channels)
+
+
+def chunk_decay(alpha: torch.Tensor | None) -> torch.Tensor | None:
+    """The chunked forms' log-decays: one per token only (per-channel decays have no chunked
+    form yet: a ``ValueError`` naming ``mode``)."""
+    if alpha is not None and alpha.ndim == 4:
+        raise ValueError(
+            "mode: the chunked form takes one decay per token; per-channel decays "
+            "(B, H, T, d_k) run in mode='fused' (CPU) or mode='recurrent'"
+        )
+    return _log(alpha)
 
 
 def _log(alpha: torch.Tensor | None) -> torch.Tensor | None:
@@ -124,7 +138,7 @@ def linear_attention(
     (exact): ``q, k ~ 1e±200`` give the answer rather than an underflow or overflow.
     """
     qt, kt, vt, mode = check_qkv_for(mode, q, k, v)
-    alpha = decay_of(decay, kt)
+    alpha = decay_of(decay, kt, channels=True)
     check_flag("normalize", normalize)
     s = check_scale(scale)
     if normalize:  # the output does not change with q's scale: q is brought to unit magnitude
@@ -156,7 +170,7 @@ def _linear(
     if mode == "fused":
         out, largest = fused(q, k, v, alpha, None, False, scale)
     elif mode == "chunk":
-        out = linear_chunked(_scaled(q, scale), k, v, _log(alpha))
+        out = linear_chunked(_scaled(q, scale), k, v, chunk_decay(alpha))
     else:
         out = linear_recurrent(_scaled(q, scale), k, v, alpha)[0]
     if normalize:
@@ -202,10 +216,14 @@ def delta_rule(
     ``γ_{t,i}`` of one loss. Keys are used as given: DeltaNet L2-normalises them (the caller
     does, ``k / ‖k‖``), and the recurrence is stable when ``0 ≤ β_t ‖k_t‖² ≤ 2``
     (``I − β_t k_t k_tᵀ`` is then no expansion). ``beta ≥ 0``: a number, ``(H,)`` or ``(B, H, T)``.
+    ``decay`` as in :func:`linear_attention`, one gate per key channel ``(B, H, T, d_k)``
+    included: ``S' = Diag(α_t) S_{t−1}``, Kimi Delta Attention (KDA, Kimi Team 2025, "Kimi
+    Linear"; fla's ``naive_recurrent_kda``), the LMS step taken after a per-coordinate weight
+    decay of ``W`` (no chunked form yet: ``mode='fused'`` or ``'recurrent'``).
     """
     qt, kt, vt, mode = check_qkv_for(mode, q, k, v)
     b = per_token("beta", beta, kt, low=0.0)
-    alpha = decay_of(decay, kt)
+    alpha = decay_of(decay, kt, channels=True)
 
     def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, sc: float) -> Result:
         return _delta(qc, kc, vc, b, alpha, sc, mode)
@@ -227,7 +245,7 @@ def _delta(
     if mode == "fused":
         return fused(q, k, v, alpha, beta, True, scale)
     if mode == "chunk":
-        return delta_chunked(_scaled(q, scale), k, v, beta, _log(alpha)), None
+        return delta_chunked(_scaled(q, scale), k, v, beta, chunk_decay(alpha)), None
     return delta_recurrent(_scaled(q, scale), k, v, beta, alpha)[0], None
 
 

@@ -100,7 +100,9 @@ class LinearAttentionLayer(SequenceLayer):
         d_v = vt.shape[-1]
         if self.normalize:
             vt = torch.cat([vt, torch.ones_like(vt[..., :1])], dim=-1)
-        _, states = linear_recurrent(qt, kt, vt, layers.decay_of(decay, kt), states=True)
+        _, states = linear_recurrent(
+            qt, kt, vt, layers.decay_of(decay, kt, channels=True), states=True
+        )
         assert states is not None
         qs = qt * self.scale
         out = state_readout(self.hook_state(states[..., :d_v]), qs)
@@ -133,7 +135,9 @@ class DeltaRuleLayer(SequenceLayer):
             out = layers.delta_rule(qt, kt, vt, beta, decay=decay, scale=self.scale, mode=self.mode)
             return self.hook_output(out)
         b = per_token("beta", beta, kt, low=0.0)
-        _, states = delta_recurrent(qt, kt, vt, b, layers.decay_of(decay, kt), states=True)
+        _, states = delta_recurrent(
+            qt, kt, vt, b, layers.decay_of(decay, kt, channels=True), states=True
+        )
         assert states is not None
         out = state_readout(self.hook_state(states), qt * self.scale)
         return self.hook_output(check_finite_result(out, "delta_rule"))
