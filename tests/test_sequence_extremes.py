@@ -53,6 +53,18 @@ def test_underflowing_products_are_refused(name, mode):
         LAYERS[name](q * 1e-200, k * 1e-200, v, mode)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_one_head_underflowing_beside_a_normal_head_is_refused_naming_it(name, mode):
+    """The heads are separate regressions: head 1's ``q, k ~ 1e-200`` underflow while head 0's
+    answer is normal, so the batch element is not all zero — the check is per head."""
+    q, k, v = qkv(4, 3)
+    q[:, 1] *= 1e-200
+    k[:, 1] *= 1e-200
+    with pytest.raises(ValueError, match=r"underflow \(batch element 0, head 1\).*rescale"):
+        LAYERS[name](q, k, v, mode)
+
+
 @pytest.mark.parametrize("name", sorted(LAYERS))
 def test_a_genuinely_zero_answer_at_tiny_scale_is_returned(name):
     q, k, v = qkv(4, 3)

@@ -67,17 +67,17 @@ def test_the_kernel_scales_the_read_out_as_scaled_queries_would(scale):
     assert np.all(np.linalg.norm(out - want, axis=-1) <= online_bound(scale * q, mags, alpha))
 
 
-def test_the_kernel_reports_the_largest_output_of_each_batch_element():
-    """The largest ``|o|`` per batch element, computed while ``o`` is written, is what the
-    finiteness and underflow checks read: it must be ``max |o|`` exactly, and NaN where ``o``
-    has a NaN (here a NaN value reaches the kernel directly, past the layers' input checks)."""
+def test_the_kernel_reports_the_largest_output_of_each_batch_element_and_head():
+    """The largest ``|o|`` per batch element and head, computed while ``o`` is written, is what
+    the finiteness and underflow checks read: it must be ``max |o|`` exactly, and NaN where
+    ``o`` has a NaN (here a NaN value reaches the kernel directly, past the input checks)."""
     q, k, v, beta, _ = (torch.from_numpy(x) for x in draw(31, 8))
     out, largest = fused_autograd.fused(q, k, v, None, beta, True, 0.5)
-    assert torch.equal(largest, out.abs().flatten(1).amax(1))
+    assert torch.equal(largest, out.abs().amax(dim=(-2, -1)))
     v[1, 0, 5, 2] = float("nan")
     out, largest = fused_autograd.fused(q, k, v, None, beta, True, 1.0)
-    assert torch.isnan(out[1]).any() and not torch.isnan(out[0]).any()
-    assert torch.isnan(largest[1]) and largest[0] == out[0].abs().max()
+    assert torch.isnan(out[1, 0]).any() and not torch.isnan(out[1, 1]).any()
+    assert torch.isnan(largest[1, 0]) and largest[1, 1] == out[1, 1].abs().max()
 
 
 @pytest.mark.parametrize(

@@ -386,8 +386,9 @@ def fused_forward(
     ``v (B, H, T, d_v)``, ``alpha (B, H, T)`` or ``(B, H, T, d_k)`` or ``None`` (no decay),
     ``beta (B, H, T)`` or ``None`` (1), the read-out scaled by ``scale`` (``o_t = scale · S_tᵀ
     q_t``: the query scale applied once per output entry, not as a copy of ``q``); returns
-    ``o (B, H, T, d_v)``, the largest ``|o|`` of each batch element (``(B,)``, NaN where an entry
-    is NaN: the finiteness and underflow checks need nothing else) and, with ``keep > 0``, the
+    ``o (B, H, T, d_v)``, the largest ``|o|`` of each batch element and head (``(B, H)``, NaN
+    where an entry is NaN: the finiteness and underflow checks need nothing else) and, with
+    ``keep > 0``, the
     states before tokens ``0, keep, 2·keep, …`` (``(B, H, ⌈T/keep⌉, d_k, d_v)``)."""
     if k.device.type != "cpu":
         raise ValueError(f"mode='fused' runs on the CPU only; got tensors on {k.device}")
@@ -400,8 +401,11 @@ def fused_forward(
     kept = np.empty((n_b, n_h, n_kept if keep > 0 else 0, d_k, va.shape[3]), dtype=ka.dtype)
     largest = np.empty((n_b, n_h), dtype=ka.dtype)
     _forward_kernel(qa, ka, va, a, bt, bool(delta), scale, out, int(keep), kept, largest)
-    per_batch = torch.from_numpy(largest).amax(1) if n_h else torch.zeros(n_b, dtype=k.dtype)
-    return torch.from_numpy(out), per_batch, torch.from_numpy(kept) if keep > 0 else None
+    return (
+        torch.from_numpy(out),
+        torch.from_numpy(largest),
+        torch.from_numpy(kept) if keep else None,
+    )
 
 
 def fused_backward(

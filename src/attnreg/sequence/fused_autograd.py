@@ -20,7 +20,7 @@ class FusedRecurrence(torch.autograd.Function):
     """``o, largest = FusedRecurrence.apply(q, k, v, alpha, beta, delta, scale)``: the family of
     :mod:`attnreg.sequence.fused` (``alpha (B, H, T)``, ``(B, H, T, d_k)`` or ``None``;
     ``beta (B, H, T)`` or ``None``; ``o_t = scale · S_tᵀ q_t``), differentiable in every tensor
-    argument; ``largest`` (``(B,)``, the largest ``|o|`` per batch element) is not."""
+    argument; ``largest`` (``(B, H)``, the largest ``|o|`` per batch element and head) is not."""
 
     @staticmethod
     def forward(
@@ -77,6 +77,7 @@ def fused(
     """``S_t = Diag(α_t) S_{t−1} + k_t u_tᵀ``,
     ``u_t = β_t (v_t − [delta] (Diag(α_t) S_{t−1})ᵀ k_t)``, ``o_t = scale · S_tᵀ q_t`` (shapes in
     :class:`FusedRecurrence`), differentiable; returns ``o`` and the largest ``|o|`` of each
-    batch element (``(B,)``, NaN where ``o`` has a NaN), computed while ``o`` is written."""
+    batch element and head (``(B, H)``, NaN where ``o`` has a NaN), computed while ``o`` is
+    written."""
     out, largest = FusedRecurrence.apply(q, k, v, alpha, beta, delta, float(scale))
     return out, largest
