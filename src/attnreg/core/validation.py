@@ -315,11 +315,9 @@ def check_underflow(
     x_query: torch.Tensor,
     name: str = "predict",
     cause: str = "the inputs are too small for this computation",
-    largest: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Return ``out`` (``(B, M, dy)``) unless a task's answer underflowed; else ``ValueError``
-    naming ``name`` and ``cause`` and asking to rescale the inputs. ``largest``: each task's
-    largest ``|out|`` when the computation produced it (else computed here).
+    naming ``name`` and ``cause`` and asking to rescale the inputs.
 
     A task underflowed when every entry of its answer is zero or subnormal while ``compute``
     (the same prediction, on checked batched tensors) on its inputs rescaled by powers of two to
@@ -335,8 +333,7 @@ def check_underflow(
     tiny = torch.finfo(out.dtype).tiny
     # the largest magnitude of each task's answer (amax of |out|: 4x faster than comparing
     # every |entry| with tiny, 8x faster than vector_norm(ord=inf), measured at P8's size)
-    if largest is None:
-        largest = out.detach().flatten(1).abs().amax(dim=1)
+    largest = out.detach().flatten(1).abs().amax(dim=1)
     if not bool((largest < tiny).any()):
         return out
     with torch.no_grad():
