@@ -170,3 +170,62 @@ def local_linear_fit(q, k, v, lam, scale):
         size = np.abs(v[: t + 1]).max() + np.abs(coef[1:]).max() * np.abs(design).max()
         mags.append((spread + t + 1 + d) * kappa**2 * size)
     return np.array(out), np.array(mags)
+
+
+def dplr_loop(q, k, v, a, b, alpha):
+    """One head: ``W ← W Diag(α_t) + (W b_t) a_tᵀ + v_t k_tᵀ`` (``W = Sᵀ``, ``d_v × d_k``),
+    ``o_t = W q_t``; and the same loop on absolute values, ``|W|`` (the running magnitude the
+    rounding of every entry is relative to)."""
+    w = np.zeros((v.shape[1], k.shape[1]))
+    mag = np.zeros_like(w)
+    out, bounds = [], []
+    for t in range(len(k)):
+        w = w * alpha[t] + np.outer(w @ b[t], a[t]) + np.outer(v[t], k[t])
+        mag = mag * alpha[t] + np.outer(mag @ np.abs(b[t]), np.abs(a[t]))
+        mag = mag + np.outer(np.abs(v[t]), np.abs(k[t]))
+        out.append(w @ q[t])
+        bounds.append(mag @ np.abs(q[t]))
+    return np.array(out), np.array(bounds)
+
+
+def weighted_mean(weights, v):
+    """``Σ_i γ_i v_i / Σ_i γ_i`` and the weights' normalised form."""
+    w = weights / weights.sum()
+    return w @ v, w
+
+
+def forgetting_loop(q, k, v, f, scale):
+    """One head: ``γ_{t,i} = e^{scale q_tᵀ k_i − m_t} Π_{i<j≤t} f_j`` (``m_t`` the largest
+    exponent, for range) written out as a product, and the weighted mean; the bound factor is
+    the smoother's with the cumulative log-forget added to the spread of the exponents."""
+    out, bounds = [], []
+    d = k.shape[1]
+    for t in range(len(k)):
+        logits = scale * (k[: t + 1] @ q[t])
+        gates = np.array([np.prod(f[i + 1 : t + 1]) for i in range(t + 1)])
+        gamma = np.exp(logits - logits.max()) * gates
+        o, _ = weighted_mean(gamma, v[: t + 1])
+        out.append(o)
+        spread = d * abs(scale) * np.linalg.norm(q[t]) * np.linalg.norm(k[: t + 1], axis=1).max()
+        spread += np.abs(np.log(f[: t + 1])).sum()
+        bounds.append((spread + t + 1 + d) * np.abs(v[: t + 1]).max())
+    return np.array(out), np.array(bounds)
+
+
+def stick_loop(q, k, v, scale, attend_current):
+    """One head: at every t, break the stick from the nearest visible key backwards —
+    ``A = σ(z) · stick``, ``stick ← stick · (1 − σ(z))`` — and sum ``A_i v_i``; bound factor
+    ``(t + 1)(1 + max |z|) max |v|``."""
+    out, bounds = [], []
+    for t in range(len(k)):
+        stick, o, top = 1.0, np.zeros(v.shape[1]), 0.0
+        last = t if attend_current else t - 1
+        for i in range(last, -1, -1):
+            z = scale * q[t] @ k[i]
+            p = 1 / (1 + np.exp(-z))
+            o = o + stick * p * v[i]
+            stick *= 1 - p
+            top = max(top, abs(z))
+        out.append(o)
+        bounds.append((t + 1) * (1 + top) * np.abs(v[: t + 1]).max())
+    return np.array(out), np.array(bounds)

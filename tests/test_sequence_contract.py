@@ -32,7 +32,16 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from sequence_refs import U64, heads, lms, proximal, smoother, weighted_sum
+from sequence_refs import (
+    U64,
+    forgetting_loop,
+    heads,
+    lms,
+    proximal,
+    smoother,
+    stick_loop,
+    weighted_sum,
+)
 
 import attnreg.sequence as seq
 
@@ -75,6 +84,17 @@ def ref_softmax(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     return heads(lambda a, b, c: smoother(a, b, c, 1.0)[0], q, k, v)
 
 
+FORGET = 0.8
+
+
+def ref_forgetting(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    return heads(lambda a, b, c: forgetting_loop(a, b, c, np.full(len(b), FORGET), 1.0)[0], q, k, v)
+
+
+def ref_stick(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    return heads(lambda a, b, c: stick_loop(a, b, c, 1.0, False)[0], q, k, v)
+
+
 def ref_local_linear(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     from sequence_refs import local_linear_fit
 
@@ -88,6 +108,7 @@ class Entry:
     name: str
     call: Callable[[Any, Any, Any], torch.Tensor]
     reference: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+    steps: bool = False  # k and v carry an axis of steps per token (DeltaProduct's n_h = 1)
 
 
 def hooked(module: torch.nn.Module, point: str) -> torch.nn.Module:
@@ -113,6 +134,12 @@ def entries() -> list[Entry]:
                 ref_delta,
             ),
             Entry(
+                f"delta_product[{mode}]",
+                lambda q, k, v, m=mode: seq.delta_product(q, *_steps(k, v), BETA, mode=m),
+                ref_delta,
+                steps=True,
+            ),
+            Entry(
                 f"longhorn[{mode}]",
                 lambda q, k, v, m=mode: seq.longhorn(q, k, v, BETA, mode=m),
                 ref_longhorn,
@@ -128,6 +155,21 @@ def entries() -> list[Entry]:
         )
     out += [
         Entry("softmax_attention", lambda q, k, v: seq.softmax_attention(q, k, v), ref_softmax),
+        Entry(  # the delta step written as the rule's low-rank term: DeltaNet
+            "generalized_delta_rule",
+            lambda q, k, v: seq.generalized_delta_rule(q, k, BETA * v, -BETA * k, k),
+            ref_delta,
+        ),
+        Entry(
+            "forgetting_attention",
+            lambda q, k, v: seq.forgetting_attention(q, k, v, FORGET),
+            ref_forgetting,
+        ),
+        Entry(
+            "stick_breaking_attention",
+            lambda q, k, v: seq.stick_breaking_attention(q, k, v),
+            ref_stick,
+        ),
         Entry(
             "local_linear_attention",
             lambda q, k, v: seq.local_linear_attention(q, k, v, lam=LAM),
@@ -160,6 +202,11 @@ def entries() -> list[Entry]:
     return out
 
 
+def _steps(k: Any, v: Any) -> tuple[Any, Any]:
+    """``k``, ``v`` with one step per token: ``(B, H, T, 1, d)``."""
+    return k[:, :, :, None], v[:, :, :, None]
+
+
 REGISTRY = entries()
 IDS = [e.name for e in REGISTRY]
 
@@ -188,16 +235,18 @@ def test_non_finite_inputs_name_the_argument_and_index(entry, argument, bad):
     args[argument] = args[argument].clone()
     args[argument][1, 0, 3, 2] = bad
     word = "NaN" if bad != bad else "Inf"
-    with pytest.raises(ValueError, match=rf"{argument}: contains {word} at index \(1, 0, 3, 2\)"):
+    at = "1, 0, 3, 0, 2" if entry.steps and argument != "q" else "1, 0, 3, 2"
+    with pytest.raises(ValueError, match=rf"{argument}: contains {word} at index \({at}\)"):
         entry.call(args["q"], args["k"], args["v"])
 
 
 @pytest.mark.parametrize("entry", REGISTRY, ids=IDS)
 def test_shapes_that_do_not_agree_are_refused_with_both_shapes(entry):
     q, k, v = inputs()
-    with pytest.raises(ValueError, match=r"k \(2, 2, 5, 3\), v \(2, 2, 4, 3\)"):
+    one = ", 1" if entry.steps else ""  # the axis of steps shows in the shapes stated
+    with pytest.raises(ValueError, match=rf"k \(2, 2, 5{one}, 3\), v \(2, 2, 4{one}, 3\)"):
         entry.call(q, k, v[:, :, :4])
-    with pytest.raises(ValueError, match=r"q \(2, 2, 5, 3\), k \(2, 2, 5, 2\)"):
+    with pytest.raises(ValueError, match=rf"q \(2, 2, 5, 3\), k \(2, 2, 5{one}, 2\)"):
         entry.call(q, k[..., :2], v)
     with pytest.raises(ValueError, match=r"q: expected a 4-D array, got shape \(2, 5, 3\)"):
         entry.call(q[0], k[0], v[0])

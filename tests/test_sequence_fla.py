@@ -19,7 +19,15 @@ import pytest
 import sequence_refs as ref
 import torch
 
-from attnreg.sequence import delta_rule, linear_attention, mesa
+from attnreg.sequence import (
+    delta_product,
+    delta_rule,
+    forgetting_attention,
+    generalized_delta_rule,
+    linear_attention,
+    mesa,
+    stick_breaking_attention,
+)
 
 B, H, T, D = 1, 2, 128, 8  # two blocks of the chunked forms
 MODES = ("fused", "chunk", "recurrent")
@@ -77,6 +85,13 @@ def test_references_load_without_the_fla_package():
     for layer in ("delta_rule", "gated_delta_rule", "mesa_net", "linear_attn", "retention", "gla"):
         naive(layer)
     naive("simple_gla")
+    for layer in (
+        "gated_delta_product",
+        "generalized_delta_rule/dplr",
+        "forgetting_attn",
+        "stickbreaking_attn",
+    ):
+        naive(layer)
     assert "fla" not in sys.modules and "triton" not in sys.modules
 
 
@@ -258,3 +273,99 @@ def test_timing_workload_runs_every_layer_and_its_references(monkeypatch):
     assert isinstance(theirs, tuple)
     tol = online_tol(x["q"] * D**-0.5, x["k"], x["v"], x["beta"], x["alpha"])
     assert torch.all((ours - fla_layout(theirs[0])).norm(dim=-1).double() <= tol)
+
+
+N_H = 2  # DeltaProduct's steps per token
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gated_delta_product(mode):
+    """Gated DeltaProduct: fla stacks a token's ``n_h`` keys, values and β along its time axis
+    (``(B, T · n_h, H, d)``, ours ``(B, H, T, n_h, d)``), one log-decay per token."""
+    fla = naive("gated_delta_product")
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(B, H, T, D, generator=g)
+    k = torch.nn.functional.normalize(torch.randn(B, H, T, N_H, D, generator=g), dim=-1)
+    v = torch.randn(B, H, T, N_H, D, generator=g)
+    beta = torch.rand(B, H, T, N_H, generator=g)
+    log_decay = torch.log(0.5 + 0.5 * torch.rand(B, H, T, generator=g))
+    ours = delta_product(q, k, v, beta, decay=log_decay.exp(), scale=D**-0.5, mode=mode)
+
+    def steps(x):  # (B, H, T, n_h, …) -> (B, T · n_h, H, …)
+        return x.flatten(2, 3).transpose(1, 2).contiguous()
+
+    theirs = fla.naive_recurrent_gated_delta_product(
+        fla_layout(q),
+        steps(k),
+        steps(v),
+        fla_layout(log_decay),
+        steps(beta),
+        D**-0.5,
+        num_householder=N_H,
+    )[0]
+    # the bound of the delta rule on the T · n_h sub-tokens, read at each token's last one
+    sub = [x.flatten(2, 3) for x in (k, v, beta)]
+    q_sub = torch.zeros(B, H, T, N_H, D)
+    q_sub[:, :, :, -1] = q * D**-0.5
+    alpha_sub = torch.ones(B, H, T, N_H)
+    alpha_sub[:, :, :, 0] = log_decay.exp()
+    _, mags = ref.heads(ref.lms, *f64(q_sub.flatten(2, 3), *sub, alpha_sub.flatten(2, 3)))
+    n = D + ref.heads(ref.log_budget, alpha_sub.flatten(2, 3).double().numpy())
+    steps_so_far = np.arange(1, T * N_H + 1)
+    bound = 16 * ref.U32 * n * steps_so_far * mags
+    tol = torch.from_numpy(bound[:, :, N_H - 1 :: N_H]) * q.double().norm(dim=-1) * D**-0.5
+    assert torch.all((ours - fla_layout(theirs)).norm(dim=-1).double() <= tol)
+
+
+def test_generalized_delta_rule_dplr():
+    """RWKV-7's diagonal-plus-low-rank rule: fla's ``dplr_recurrence`` keeps ``S`` as ours
+    (``d_k × d_v``), names our ``a`` ``beta`` and our ``b`` ``alpha``, takes per-channel
+    log-decays ``gk`` and always scales the queries by ``d_k^{-1/2}``; layout ours."""
+    fla = naive("generalized_delta_rule/dplr")
+    g = torch.Generator().manual_seed(12)
+    q, k, v = (torch.randn(B, H, T, D, generator=g) for _ in range(3))
+    kappa = torch.nn.functional.normalize(torch.randn(B, H, T, D, generator=g), dim=-1)
+    a = -torch.rand(B, H, T, D, generator=g) * kappa
+    gk = channel_gates(12)
+    ours = generalized_delta_rule(q, k, v, a, kappa, decay=gk.exp(), scale=D**-0.5)
+    theirs = fla.dplr_recurrence(q, k, v, kappa, a, gk)[0]
+    # the running magnitude |W| of the update (the loop on absolute values), in float32
+    w = torch.zeros(B, H, D, D, dtype=torch.float64)
+    tol = torch.zeros(B, H, T, D, dtype=torch.float64)
+    aa, bb, kk, vv, qq = (x.double().abs() for x in (a, kappa, k, v, q * D**-0.5))
+    alpha = gk.exp().double()
+    for t in range(T):
+        read = torch.einsum("bhk,bhkv->bhv", bb[:, :, t], w)
+        w = alpha[:, :, t, :, None] * w + aa[:, :, t, :, None] * read[:, :, None]
+        w = w + kk[:, :, t, :, None] * vv[:, :, t, None]
+        tol[:, :, t] = (
+            8 * ref.U32 * (D + 3) * (t + 1) * torch.einsum("bhk,bhkv->bhv", qq[:, :, t], w)
+        )
+    assert torch.all((ours - theirs).abs().double() <= tol)
+
+
+def test_forgetting_attention():
+    """Forgetting attention: fla's gate is the log forget ``g = log f`` ``(B, T, H)``."""
+    fla = naive("forgetting_attn")
+    q, k, v, _, log_forget = data(13)
+    ours = forgetting_attention(q, k, v, log_forget.exp(), scale=D**-0.5)
+    theirs = fla.naive_forgetting_attn(*(fla_layout(x) for x in (q, k, v, log_forget)), D**-0.5)
+    _, bound = ref.heads(ref.smoother, *f64(q, k, v), np.full((B, H), D**-0.5))
+    budget = np.cumsum(-log_forget.double().numpy(), axis=-1)
+    tol = 8 * ref.U32 * (bound + budget * np.abs(v.numpy()).max())
+    assert torch.all((ours - fla_layout(theirs)).abs().double() <= torch.from_numpy(tol)[..., None])
+
+
+@pytest.mark.parametrize("attend_current", [False, True])
+def test_stick_breaking_attention(attend_current):
+    """Stick-breaking attention: fla computes in log space too; layout ``(B, T, H, d)``."""
+    fla = naive("stickbreaking_attn")
+    q, k, v, _, _ = data(14)
+    ours = stick_breaking_attention(q, k, v, scale=D**-0.5, attend_current=attend_current)
+    theirs = fla.naive_stickbreaking_attn(
+        *(fla_layout(x) for x in (q, k, v)), D**-0.5, attend_current
+    )[0]
+    z = (q.double() @ k.double().mT).abs().amax(dim=(-2, -1)) * D**-0.5  # (B, H)
+    steps = torch.arange(1, T + 1, dtype=torch.float64)
+    tol = 16 * ref.U32 * steps[:, None] * (1 + z[..., None, None]) * v.abs().max()
+    assert torch.all((ours - fla_layout(theirs)).abs().double() <= tol)

@@ -9,6 +9,9 @@ solved exactly), softmax attention (the Nadaraya–Watson smoother) and local li
 ``(B, H, T, d_k), (B, H, T, d_k), (B, H, T, d_v) -> (B, H, T, d_v)``.
 """
 
+from attnreg.sequence.delta_product import delta_product
+from attnreg.sequence.forgetting import forgetting_attention
+from attnreg.sequence.generalized_delta import generalized_delta_rule
 from attnreg.sequence.layers import (
     delta_rule,
     linear_attention,
@@ -26,6 +29,7 @@ from attnreg.sequence.modules import (
     SequenceLayer,
     SoftmaxAttentionLayer,
 )
+from attnreg.sequence.stick_breaking import stick_breaking_attention
 
 __all__ = [
     "DeltaRuleLayer",
@@ -35,10 +39,14 @@ __all__ = [
     "MesaNetLayer",
     "SequenceLayer",
     "SoftmaxAttentionLayer",
+    "delta_product",
     "delta_rule",
+    "forgetting_attention",
+    "generalized_delta_rule",
     "linear_attention",
     "local_linear_attention",
     "longhorn",
     "mesa",
     "softmax_attention",
+    "stick_breaking_attention",
 ]

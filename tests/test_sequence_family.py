@@ -1,0 +1,226 @@
+"""The layers of 2025 as regressions, each against a reference written in this file from its
+stated optimiser or estimator (no attnreg code): DeltaProduct as ``torch.optim.SGD`` taking
+``n_h`` steps per token on ``½‖W k − v‖²`` after a decay; the generalized delta rule as the
+numpy loop of its update; forgetting attention and stick-breaking attention as their weighted
+means written out. float64; bounds from the rounding of each recurrence (``sequence_refs``).
+Cases: random keys, correlated keys, ``T < d_k``, extreme-scale keys, several heads and
+``T`` not a multiple of any block size; then the special cases that make each a layer we know.
+"""
+
+import numpy as np
+import pytest
+import sequence_refs as ref
+import torch
+
+from attnreg.sequence import (
+    delta_product,
+    forgetting_attention,
+    generalized_delta_rule,
+    softmax_attention,
+    stick_breaking_attention,
+)
+
+B, H, DV = 2, 3, 4
+MODES = ("fused", "chunk", "recurrent")
+
+
+def keys(rng, shape, correlated=False):
+    k = rng.standard_normal(shape)
+    if correlated:  # every column ≈ one common factor: ρ ≈ 0.9 between coordinates
+        k = rng.standard_normal((*shape[:-1], 1)) + np.sqrt(1 / 9) * k
+    return k / np.linalg.norm(k, axis=-1, keepdims=True)
+
+
+def sgd_delta_product(q, k, v, beta, alpha):
+    """One head: ``W`` (``d_v × d_k``, a ``torch`` parameter) multiplied by ``α_t`` (or
+    ``Diag(α_t)`` from the right), then ``n_h`` steps of ``torch.optim.SGD`` with learning rate
+    ``β_{t,j}`` on ``½‖W k_{t,j} − v_{t,j}‖²``; ``o_t = W q_t``. Also the magnitudes
+    ``m_t = Σ γ β ‖k‖ ‖v‖`` over every step so far (the LMS bound's)."""
+    w = torch.zeros(v.shape[-1], k.shape[-1], dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=1.0)
+    out, mags, mag = [], [], 0.0
+    for t in range(k.shape[0]):
+        with torch.no_grad():
+            w.mul_(torch.as_tensor(alpha[t]))
+        mag *= np.max(alpha[t])
+        for j in range(k.shape[1]):
+            kt, vt = torch.as_tensor(k[t, j]), torch.as_tensor(v[t, j])
+            opt.param_groups[0]["lr"] = float(beta[t, j])
+            opt.zero_grad()
+            (0.5 * ((w @ kt - vt) ** 2).sum()).backward()
+            opt.step()
+            mag += beta[t, j] * np.linalg.norm(k[t, j]) * np.linalg.norm(v[t, j])
+        out.append((w @ torch.as_tensor(q[t])).detach().numpy())
+        mags.append(mag)
+    return np.array(out), np.array(mags)
+
+
+def product_data(t, d_k, n_h, seed, correlated=False, key_scale=1.0, channels=False):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, H, t, d_k))
+    k = keys(rng, (B, H, t, n_h, d_k), correlated) * key_scale
+    v = rng.standard_normal((B, H, t, n_h, DV))
+    beta = rng.uniform(0.0, 1.5, (B, H, t, n_h)) / key_scale**2  # β ‖k‖² ≤ 1.5
+    alpha = rng.uniform(0.4, 1.0, (B, H, t, d_k) if channels else (B, H, t))
+    return q, k, v, beta, alpha
+
+
+PRODUCT_CASES = {
+    "random": dict(t=37, d_k=6, n_h=3),
+    "correlated": dict(t=20, d_k=5, n_h=2, correlated=True),
+    "T < d_k": dict(t=3, d_k=8, n_h=2),
+    "huge keys": dict(t=21, d_k=4, n_h=3, key_scale=1e100),
+    "tiny keys": dict(t=21, d_k=4, n_h=2, key_scale=1e-100),
+    "one gate per channel": dict(t=37, d_k=6, n_h=3, channels=True),
+    "past a fused chunk": dict(t=70, d_k=3, n_h=2),
+}
+
+
+PRODUCT_RUNS = [
+    (case, mode)
+    for case, spec in PRODUCT_CASES.items()
+    for mode in MODES
+    if not (mode == "chunk" and spec.get("channels"))  # refused: tested below
+]
+
+
+@pytest.mark.parametrize(("case", "mode"), PRODUCT_RUNS)
+def test_delta_product_is_sgd_taking_n_h_steps_per_token(case, mode):
+    spec = PRODUCT_CASES[case]
+    q, k, v, beta, alpha = product_data(seed=len(case), **spec)
+    want, mags = ref.heads(sgd_delta_product, q, k, v, beta, alpha)
+    out = delta_product(q, k, v, beta, decay=alpha, scale=0.5, mode=mode).numpy()
+    n_h, d_k = spec["n_h"], spec["d_k"]
+    steps = n_h * np.arange(1, spec["t"] + 1)
+    n = d_k + ref.heads(ref.log_budget, alpha)
+    bound = 8 * ref.U64 * n * steps * np.linalg.norm(0.5 * q, axis=-1) * mags
+    assert np.all(np.linalg.norm(out - 0.5 * want, axis=-1) <= bound)
+
+
+def test_delta_product_refuses_a_gate_per_channel_in_the_chunked_form():
+    q, k, v, beta, alpha = product_data(9, 4, 2, 0, channels=True)
+    with pytest.raises(ValueError, match="mode"):
+        delta_product(q, k, v, beta, decay=alpha, mode="chunk")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_delta_product_with_one_step_per_token_is_deltanet(mode):
+    q, k, v, beta, alpha = product_data(33, 5, 1, 4)
+    want, mags = ref.heads(ref.lms, q, k[:, :, :, 0], v[:, :, :, 0], beta[..., 0], alpha)
+    out = delta_product(q, k, v, beta, decay=alpha, mode=mode).numpy()
+    bound = 8 * ref.U64 * (5 + ref.heads(ref.log_budget, alpha)) * np.arange(1, 34)
+    assert np.all(np.linalg.norm(out - want, axis=-1) <= bound * np.linalg.norm(q, axis=-1) * mags)
+
+
+def test_delta_product_shapes_are_checked_by_name():
+    q, k, v, beta, _ = product_data(5, 4, 2, 0)
+    with pytest.raises(ValueError, match="beta"):
+        delta_product(q, k, v, beta[..., :1])
+    with pytest.raises(ValueError, match="v must agree"):
+        delta_product(q, k, v[:, :, :, :1], beta)
+    with pytest.raises(ValueError, match="k must be"):
+        delta_product(q, k[..., :3], v, beta)
+    with pytest.raises(ValueError, match="k: is empty"):
+        delta_product(q, k[:, :, :, :0], v[:, :, :, :0], 0.5)
+
+
+@pytest.mark.parametrize(
+    ("t", "d_k", "correlated", "key_scale"),
+    [(17, 5, False, 1.0), (12, 4, True, 1.0), (3, 8, False, 1.0), (13, 4, False, 1e150)],
+)
+def test_generalized_delta_rule_is_its_update(t, d_k, correlated, key_scale):
+    """RWKV-7's form: ``a = −η ⊙ κ̂``, ``b = κ̂`` with a unit ``κ̂`` and ``η ∈ [0, 1]``, a gate
+    per channel, and keys (the write) of any scale."""
+    rng = np.random.default_rng(t + d_k)
+    q = rng.standard_normal((B, H, t, d_k))
+    k = keys(rng, (B, H, t, d_k), correlated) * key_scale
+    v = rng.standard_normal((B, H, t, DV))
+    kappa = keys(rng, (B, H, t, d_k))
+    a = -rng.uniform(0, 1, (B, H, t, d_k)) * kappa
+    alpha = rng.uniform(0.5, 1.0, (B, H, t, d_k))
+    want, mag = ref.heads(ref.dplr_loop, q, k, v, a, kappa, alpha)
+    out = generalized_delta_rule(q, k, v, a, kappa, decay=alpha).numpy()
+    steps = np.arange(1, t + 1)[:, None]
+    assert np.all(np.abs(out - want) <= 4 * ref.U64 * (d_k + 3) * steps * mag)
+
+
+def test_generalized_delta_rule_with_the_delta_step_is_deltanet():
+    """``a = −α_t β_t k_t``, ``b = k_t``: the erase reads the state before the decay, so Gated
+    DeltaNet's ``(I − β k kᵀ) α S`` needs the decay in ``a`` too (``a = −β k`` without one)."""
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((B, H, 29, 6))
+    k = keys(rng, (B, H, 29, 6))
+    v = rng.standard_normal((B, H, 29, DV))
+    beta = rng.uniform(0, 1.5, (B, H, 29))
+    alpha = rng.uniform(0.5, 1.0, (B, H, 29))
+    want, mags = ref.heads(ref.lms, q, k, v, beta, alpha)
+    erase = -(alpha * beta)[..., None] * k
+    out = generalized_delta_rule(q, beta[..., None] * k, v, erase, k, decay=alpha).numpy()
+    bound = 8 * ref.U64 * (6 + ref.heads(ref.log_budget, alpha)) * np.arange(1, 30)
+    assert np.all(np.linalg.norm(out - want, axis=-1) <= bound * np.linalg.norm(q, axis=-1) * mags)
+    # the same with the values carrying β (DeltaNet's write is β k vᵀ either way)
+    again = generalized_delta_rule(q, k, beta[..., None] * v, erase, k, decay=alpha)
+    error = np.linalg.norm(again.numpy() - want, axis=-1)
+    assert np.all(error <= bound * np.linalg.norm(q, axis=-1) * mags)
+
+
+def test_generalized_delta_rule_has_only_the_token_loop():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 1, 4, 3)) for _ in range(3))
+    with pytest.raises(ValueError, match="mode"):
+        generalized_delta_rule(q, k, v, k, k, mode="fused")
+    with pytest.raises(ValueError, match="a: must have"):
+        generalized_delta_rule(q, k, v, k[..., :2], k)
+
+
+@pytest.mark.parametrize(("t", "d_k", "scale"), [(1, 4, 0.5), (23, 6, 0.4), (3, 8, 1.0)])
+def test_forgetting_attention_is_the_gated_weighted_mean(t, d_k, scale):
+    rng = np.random.default_rng(t)
+    q = rng.standard_normal((B, H, t, d_k))
+    k = rng.standard_normal((B, H, t, d_k))
+    v = rng.standard_normal((B, H, t, DV))
+    f = rng.uniform(0.2, 1.0, (B, H, t))
+    want, bound = ref.heads(ref.forgetting_loop, q, k, v, f, np.full((B, H), scale))
+    out = forgetting_attention(q, k, v, f, scale=scale).numpy()
+    assert np.all(np.abs(out - want) <= 4 * ref.U64 * bound[..., None])
+
+
+def test_forgetting_attention_without_forgetting_is_softmax_attention():
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((B, H, 19, 5)) for _ in range(3))
+    want, bound = ref.heads(ref.smoother, q, k, v, np.full((B, H), 0.6))
+    for out in (
+        forgetting_attention(q, k, v, 1.0, scale=0.6),
+        softmax_attention(q, k, v, scale=0.6),
+    ):
+        assert np.all(np.abs(out.numpy() - want) <= 4 * ref.U64 * bound[..., None])
+
+
+def test_forgetting_attention_refuses_a_gate_outside_the_unit_interval():
+    q = np.ones((1, 1, 3, 2))
+    for bad in (0.0, 1.5, -0.1):
+        with pytest.raises(ValueError, match="forget"):
+            forgetting_attention(q, q, q, bad)
+
+
+@pytest.mark.parametrize("attend_current", [False, True])
+@pytest.mark.parametrize(("t", "d_k", "scale"), [(1, 4, 0.5), (29, 6, 0.7), (3, 8, 1.0)])
+def test_stick_breaking_attention_is_the_stick_broken_nearest_first(t, d_k, scale, attend_current):
+    rng = np.random.default_rng(t + 7)
+    q = rng.standard_normal((B, H, t, d_k))
+    k = rng.standard_normal((B, H, t, d_k))
+    v = rng.standard_normal((B, H, t, DV))
+    want, bound = ref.heads(
+        ref.stick_loop, q, k, v, np.full((B, H), scale), np.full((B, H), attend_current)
+    )
+    out = stick_breaking_attention(q, k, v, scale=scale, attend_current=attend_current).numpy()
+    assert np.all(np.abs(out - want) <= 8 * ref.U64 * bound[..., None])
+
+
+def test_stick_breaking_sees_no_key_at_the_first_position_unless_it_attends_to_itself():
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal((1, 1, 4, 3)) for _ in range(3))
+    assert np.all(stick_breaking_attention(q, k, v).numpy()[0, 0, 0] == 0)
+    first = stick_breaking_attention(q, k, v, attend_current=True).numpy()[0, 0, 0]
+    p = 1 / (1 + np.exp(-(q[0, 0, 0] @ k[0, 0, 0])))
+    assert np.allclose(first, p * v[0, 0, 0], rtol=0, atol=4 * ref.U64 * np.abs(v).max())
