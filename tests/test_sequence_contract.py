@@ -160,6 +160,21 @@ def entries() -> list[Entry]:
             lambda q, k, v: seq.generalized_delta_rule(q, k, BETA * v, -BETA * k, k),
             ref_delta,
         ),
+        Entry(  # read at the key: DeltaNet
+            "comba",
+            lambda q, k, v: seq.comba(q, k, v, k, BETA),
+            ref_delta,
+        ),
+        Entry(  # no momentum, η = 1, read at the key: DeltaNet
+            "momentum_delta_rule",
+            lambda q, k, v: seq.momentum_delta_rule(q, k, v, k, BETA, 1.0, momentum=0.0),
+            ref_delta,
+        ),
+        Entry(  # no momentum, no decay: DeltaNet
+            "titans",
+            lambda q, k, v: seq.titans(q, k, v, lr=BETA, momentum=0.0, decay=1.0),
+            ref_delta,
+        ),
         Entry(
             "forgetting_attention",
             lambda q, k, v: seq.forgetting_attention(q, k, v, FORGET),

@@ -13,11 +13,14 @@ import sequence_refs as ref
 import torch
 
 from attnreg.sequence import (
+    comba,
     delta_product,
     forgetting_attention,
     generalized_delta_rule,
+    momentum_delta_rule,
     softmax_attention,
     stick_breaking_attention,
+    titans,
 )
 
 B, H, DV = 2, 3, 4
@@ -224,3 +227,154 @@ def test_stick_breaking_sees_no_key_at_the_first_position_unless_it_attends_to_i
     first = stick_breaking_attention(q, k, v, attend_current=True).numpy()[0, 0, 0]
     p = 1 / (1 + np.exp(-(q[0, 0, 0] @ k[0, 0, 0])))
     assert np.allclose(first, p * v[0, 0, 0], rtol=0, atol=4 * ref.U64 * np.abs(v).max())
+
+
+def per_token_data(t, d_k, seed, correlated=False, key_scale=1.0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, H, t, d_k))
+    k = keys(rng, (B, H, t, d_k), correlated) * key_scale
+    p = keys(rng, (B, H, t, d_k), correlated) * key_scale
+    v = rng.standard_normal((B, H, t, DV))
+    beta = rng.uniform(0.0, 1.0, (B, H, t)) / key_scale**2
+    alpha = rng.uniform(0.5, 1.0, (B, H, t))
+    mu = rng.uniform(0.1, 0.9, (B, H, t))  # no μ = 0: SGD skips its buffer at momentum 0
+    return q, k, p, v, beta, alpha, mu
+
+
+FAMILY_CASES = {
+    "random": dict(t=29, d_k=5),
+    "correlated": dict(t=17, d_k=4, correlated=True),
+    "T < d_k": dict(t=3, d_k=8),
+    "huge keys": dict(t=15, d_k=4, key_scale=1e100),
+}
+
+
+def iv_lms(q, k, p, v, beta, alpha):
+    """One head: ``W ← α_t W``, ``W ← W + β_t (v_t − W p_t) k_tᵀ`` (the instrumental-variable
+    LMS step), ``o_t = W q_t``; and the magnitudes ``Σ γ β ‖k‖ ‖v‖``."""
+    w = np.zeros((v.shape[1], k.shape[1]))
+    out, mags, mag = [], [], 0.0
+    for t in range(len(k)):
+        w = alpha[t] * w
+        w = w + beta[t] * np.outer(v[t] - w @ p[t], k[t])
+        mag = alpha[t] * mag + beta[t] * np.linalg.norm(k[t]) * np.linalg.norm(v[t])
+        out.append(w @ q[t])
+        mags.append(mag)
+    return np.array(out), np.array(mags)
+
+
+@pytest.mark.parametrize("case", FAMILY_CASES)
+def test_comba_is_the_instrumental_variable_lms_step(case):
+    spec = FAMILY_CASES[case]
+    q, k, p, v, beta, alpha, _ = per_token_data(seed=len(case), **spec)
+    want, mags = ref.heads(iv_lms, q, k, p, v, beta, alpha)
+    out = comba(q, k, v, p, beta, decay=alpha).numpy()
+    n = spec["d_k"] + ref.heads(ref.log_budget, alpha)
+    bound = 8 * ref.U64 * n * np.arange(1, spec["t"] + 1) * np.linalg.norm(q, axis=-1) * mags
+    assert np.all(np.linalg.norm(out - want, axis=-1) <= bound)
+
+
+def test_comba_read_at_the_key_is_gated_deltanet():
+    q, k, _, v, beta, alpha, _ = per_token_data(31, 6, 9)
+    want, mags = ref.heads(ref.lms, q, k, v, beta, alpha)
+    out = comba(q, k, v, k, beta, decay=alpha).numpy()
+    bound = 8 * ref.U64 * (6 + ref.heads(ref.log_budget, alpha)) * np.arange(1, 32)
+    assert np.all(np.linalg.norm(out - want, axis=-1) <= bound * np.linalg.norm(q, axis=-1) * mags)
+
+
+def sgd_momentum(q, k, v, beta, eta, mu, alpha):
+    """One head: ``torch.optim.SGD(momentum=μ_t, lr=β_t)`` on ``η_t ½‖Sᵀ k_t − v_t‖²`` (the
+    gradient at the state before the token), ``S`` multiplied by ``α_t`` between the gradient
+    and the step; ``o_t = Sᵀ q_t``. Also ``Σ_{i≤t} β_i η_i ‖k_i‖ ‖v_i‖ / (1 − max μ)``, the
+    magnitude the rounding is relative to."""
+    s = torch.zeros(k.shape[1], v.shape[1], dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.SGD([s], lr=1.0, momentum=0.5)
+    out, mags, mag = [], [], 0.0
+    for t in range(len(k)):
+        kt, vt = torch.as_tensor(k[t]), torch.as_tensor(v[t])
+        opt.zero_grad()
+        (eta[t] * 0.5 * ((s.T @ kt - vt) ** 2).sum()).backward()
+        with torch.no_grad():
+            s.mul_(float(alpha[t]))
+        opt.param_groups[0]["lr"] = float(beta[t])
+        opt.param_groups[0]["momentum"] = float(mu[t])
+        opt.step()
+        mag += beta[t] * eta[t] * np.linalg.norm(k[t]) * np.linalg.norm(v[t])
+        out.append((s.T @ torch.as_tensor(q[t])).detach().numpy())
+        mags.append(mag / (1 - mu.max()))
+    return np.array(out), np.array(mags)
+
+
+@pytest.mark.parametrize("case", FAMILY_CASES)
+def test_momentum_delta_rule_is_sgd_with_momentum(case):
+    spec = FAMILY_CASES[case]
+    q, k, _, v, beta, alpha, mu = per_token_data(seed=3 + len(case), **spec)
+    eta = np.random.default_rng(0).uniform(0.2, 1.0, beta.shape)
+    want, mags = ref.heads(sgd_momentum, q, k, v, beta, eta, mu, alpha)
+    out = momentum_delta_rule(q, k, v, k, beta, eta, momentum=mu, decay=alpha).numpy()
+    n = spec["d_k"] + ref.heads(ref.log_budget, alpha * mu)
+    bound = 8 * ref.U64 * n * np.arange(1, spec["t"] + 1) * np.linalg.norm(q, axis=-1) * mags
+    assert np.all(np.linalg.norm(out - want, axis=-1) <= bound)
+
+
+def momentum_loop(q, k, p, v, beta, eta, mu, alpha):
+    """One head, fla's convention written out: ``e = Sᵀ p − v``, ``M ← μ M + η k eᵀ``,
+    ``S ← α S − β M``."""
+    s = np.zeros((k.shape[1], v.shape[1]))
+    m = np.zeros_like(s)
+    out = []
+    for t in range(len(k)):
+        m = mu[t] * m + eta[t] * np.outer(k[t], s.T @ p[t] - v[t])
+        s = alpha[t] * s - beta[t] * m
+        out.append(s.T @ q[t])
+    return np.array(out)
+
+
+def test_momentum_delta_rule_reads_the_error_at_p():
+    q, k, p, v, beta, alpha, mu = per_token_data(23, 5, 4)
+    eta = np.full(beta.shape, 0.7)
+    want = ref.heads(momentum_loop, q, k, p, v, beta, eta, mu, alpha)
+    out = momentum_delta_rule(q, k, v, p, beta, eta, momentum=mu, decay=alpha).numpy()
+    _, mags = ref.heads(sgd_momentum, q, k, v, beta, eta, mu, alpha)  # same magnitudes
+    bound = 8 * ref.U64 * (5 + 23) * np.arange(1, 24) * np.linalg.norm(q, axis=-1) * mags
+    assert np.all(np.linalg.norm(out - want, axis=-1) <= bound)
+
+
+@pytest.mark.parametrize("case", FAMILY_CASES)
+def test_titans_is_sgd_with_momentum_and_weight_decay(case):
+    """A constant ``θ``: Titans' surprise is ``−θ`` times SGD's momentum buffer."""
+    spec = FAMILY_CASES[case]
+    q, k, _, v, beta, alpha, mu = per_token_data(seed=5 + len(case), **spec)
+    theta = 0.6 / (np.linalg.norm(k, axis=-1).max() ** 2)
+    want, mags = ref.heads(
+        sgd_momentum, q, k, v, np.full(beta.shape, theta), np.ones(beta.shape), mu, alpha
+    )
+    out = titans(q, k, v, lr=theta, momentum=mu, decay=alpha).numpy()
+    n = spec["d_k"] + ref.heads(ref.log_budget, alpha * mu)
+    bound = 8 * ref.U64 * n * np.arange(1, spec["t"] + 1) * np.linalg.norm(q, axis=-1) * mags
+    assert np.all(np.linalg.norm(out - want, axis=-1) <= bound)
+
+
+def test_titans_is_the_momentum_delta_rule_read_at_the_key():
+    q, k, _, v, beta, alpha, mu = per_token_data(19, 4, 6)
+    out = titans(q, k, v, lr=beta, momentum=mu, decay=alpha).numpy()
+    want = ref.heads(momentum_loop, q, k, k, v, np.ones(beta.shape), beta, mu, alpha)
+    _, mags = ref.heads(sgd_momentum, q, k, v, np.ones(beta.shape), beta, mu, alpha)
+    bound = 8 * ref.U64 * (4 + 19) * np.arange(1, 20) * np.linalg.norm(q, axis=-1) * mags
+    assert np.all(np.linalg.norm(out - want, axis=-1) <= bound)
+
+
+def test_the_token_loop_layers_refuse_other_forms_and_bad_parameters():
+    q, k, p, v, beta, _, _ = per_token_data(5, 3, 0)
+    with pytest.raises(ValueError, match="mode"):
+        comba(q, k, v, p, beta, mode="chunk")
+    with pytest.raises(ValueError, match="p: must have"):
+        comba(q, k, v, p[..., :2], beta)
+    with pytest.raises(ValueError, match="momentum"):
+        momentum_delta_rule(q, k, v, p, beta, 1.0, momentum=1.5)
+    with pytest.raises(ValueError, match="eta"):
+        momentum_delta_rule(q, k, v, p, beta, -1.0, momentum=0.5)
+    with pytest.raises(ValueError, match="decay"):
+        titans(q, k, v, lr=0.1, momentum=0.5, decay=None)
+    with pytest.raises(ValueError, match="lr"):
+        titans(q, k, v, lr="0.1", momentum=0.5, decay=0.9)

@@ -20,12 +20,14 @@ import sequence_refs as ref
 import torch
 
 from attnreg.sequence import (
+    comba,
     delta_product,
     delta_rule,
     forgetting_attention,
     generalized_delta_rule,
     linear_attention,
     mesa,
+    momentum_delta_rule,
     stick_breaking_attention,
 )
 
@@ -90,6 +92,8 @@ def test_references_load_without_the_fla_package():
         "generalized_delta_rule/dplr",
         "forgetting_attn",
         "stickbreaking_attn",
+        "comba",
+        "momentum_delta_rule",
     ):
         naive(layer)
     assert "fla" not in sys.modules and "triton" not in sys.modules
@@ -369,3 +373,47 @@ def test_stick_breaking_attention(attend_current):
     steps = torch.arange(1, T + 1, dtype=torch.float64)
     tol = 16 * ref.U32 * steps[:, None] * (1 + z[..., None, None]) * v.abs().max()
     assert torch.all((ours - fla_layout(theirs)).abs().double() <= tol)
+
+
+def test_comba():
+    """Comba: fla's layout ``(B, T, H, d)``, its gate a log-decay per token."""
+    fla = naive("comba")
+    q, k, v, beta, log_decay = data(15, normalize=True)
+    p = torch.nn.functional.normalize(
+        torch.randn(B, H, T, D, generator=torch.Generator().manual_seed(15)), dim=-1
+    )
+    ours = comba(q, k, v, p, beta, decay=log_decay.exp(), scale=D**-0.5)
+    theirs = fla.naive_recurrent_comba(
+        *(fla_layout(x) for x in (q, k, v, p)), fla_layout(beta), fla_layout(log_decay), D**-0.5
+    )[0]
+    tol = online_tol(q * D**-0.5, k, v, beta, log_decay.exp())
+    assert torch.all((ours - fla_layout(theirs)).norm(dim=-1).double() <= tol)
+
+
+def test_momentum_delta_rule():
+    """The momentum delta rule: fla's layout ``(B, T, H, d)``, log-decays ``log α`` and
+    ``log μ``; the error read at ``p``."""
+    fla = naive("momentum_delta_rule")
+    q, k, v, beta, log_decay = data(16, normalize=True)
+    g = torch.Generator().manual_seed(16)
+    p = torch.nn.functional.normalize(torch.randn(B, H, T, D, generator=g), dim=-1)
+    mu = 0.1 + 0.8 * torch.rand(B, H, T, generator=g)
+    eta = 0.2 + 0.8 * torch.rand(B, H, T, generator=g)
+    ours = momentum_delta_rule(
+        q, k, v, p, beta, eta, momentum=mu, decay=log_decay.exp(), scale=D**-0.5
+    )
+    qf, kf, vf, pf = (fla_layout(x) for x in (q, k, v, p))
+    theirs = fla.recurrent_momentum_delta_rule_ref(
+        qf,
+        kf,
+        vf,
+        fla_layout(log_decay),
+        fla_layout(mu.log()),
+        pf,
+        fla_layout(beta),
+        fla_layout(eta),
+        D**-0.5,
+    )[0]
+    # the momentum sums 1/(1 − μ) past gradients: the online bound with that factor
+    tol = online_tol(q * D**-0.5, k, v, beta * eta, log_decay.exp()) / (1 - float(mu.max()))
+    assert torch.all((ours - fla_layout(theirs)).norm(dim=-1).double() <= tol)

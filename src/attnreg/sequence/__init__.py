@@ -9,6 +9,7 @@ solved exactly), softmax attention (the Nadaraya–Watson smoother) and local li
 ``(B, H, T, d_k), (B, H, T, d_k), (B, H, T, d_v) -> (B, H, T, d_v)``.
 """
 
+from attnreg.sequence.comba import comba
 from attnreg.sequence.delta_product import delta_product
 from attnreg.sequence.forgetting import forgetting_attention
 from attnreg.sequence.generalized_delta import generalized_delta_rule
@@ -29,7 +30,9 @@ from attnreg.sequence.modules import (
     SequenceLayer,
     SoftmaxAttentionLayer,
 )
+from attnreg.sequence.momentum_delta import momentum_delta_rule
 from attnreg.sequence.stick_breaking import stick_breaking_attention
+from attnreg.sequence.titans import titans
 
 __all__ = [
     "DeltaRuleLayer",
@@ -39,6 +42,7 @@ __all__ = [
     "MesaNetLayer",
     "SequenceLayer",
     "SoftmaxAttentionLayer",
+    "comba",
     "delta_product",
     "delta_rule",
     "forgetting_attention",
@@ -47,6 +51,8 @@ __all__ = [
     "local_linear_attention",
     "longhorn",
     "mesa",
+    "momentum_delta_rule",
     "softmax_attention",
     "stick_breaking_attention",
+    "titans",
 ]

@@ -5,8 +5,8 @@
 ``S_t = (Diag(α_t) + a_t b_tᵀ) S_{t−1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t`` (``S_0 = 0``), with
 ``a_t, b_t ∈ R^{d_k}`` free; ``b_tᵀ S_{t−1}`` reads the state before the decay. DeltaNet is the
 case ``a_t = −β_t k_t``, ``b_t = k_t`` with the values ``β_t v_t`` (Gated DeltaNet, whose erase
-acts on the decayed state, ``a_t = −α_t β_t k_t``); RWKV-7 the case ``a_t = −κ̂_t ⊙ â_t``, ``b_t = κ̂_t`` (the normalised removal
-key and the in-context learning rate).
+acts on the decayed state, ``a_t = −α_t β_t k_t``); RWKV-7 the case ``a_t = −κ̂_t ⊙ â_t``,
+``b_t = κ̂_t`` (the normalised removal key and the in-context learning rate).
 
 Regression (attnreg's reading, not the paper's words): with ``W = Sᵀ`` the update is
 ``W_t = W_{t−1} Diag(α_t) + (W_{t−1} b_t) a_tᵀ + v_t k_tᵀ``. For ``a_t = −η_t ⊙ b_t`` the middle
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from attnreg.core.validation import ArrayLike, as_tensor, check_choice
-from attnreg.sequence.inputs import check_qkv, check_scale
+from attnreg.core.validation import ArrayLike, check_choice
+from attnreg.sequence.inputs import check_qkv, check_scale, key_shaped
 from attnreg.sequence.layers import Result, checked_result, decay_of
 
 MODES = ("auto", "recurrent")
@@ -49,8 +49,8 @@ def generalized_delta_rule(
     layer has no fused or chunked form yet)."""
     qt, kt, vt = check_qkv(q, k, v)
     check_choice("mode", mode, MODES)
-    at = _low_rank("a", a, kt)
-    bt = _low_rank("b", b, kt)
+    at = key_shaped("a", a, kt)
+    bt = key_shaped("b", b, kt)
     alpha = decay_of(decay, kt, channels=True)
 
     def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, sc: float) -> Result:
@@ -80,14 +80,3 @@ def generalized_delta_recurrent(
         s = s + a[:, :, t, :, None] * read[:, :, None] + k[:, :, t, :, None] * v[:, :, t, None]
         outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], s))
     return torch.stack(outs, dim=2)
-
-
-def _low_rank(name: str, value: ArrayLike, like: torch.Tensor) -> torch.Tensor:
-    """``a`` or ``b``: a finite ``(B, H, T, d_k)`` array, ``like``'s shape, in its dtype."""
-    tensor = as_tensor(name, value, ndim=(4,))
-    if tensor.shape != like.shape:
-        raise ValueError(
-            f"{name}: must have the keys' shape (B, H, T, d_k) = {tuple(like.shape)}, "
-            f"got {tuple(tensor.shape)}"
-        )
-    return tensor.to(like.dtype)

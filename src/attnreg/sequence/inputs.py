@@ -81,6 +81,18 @@ def check_finite_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         check_finite(name, x)
 
 
+def key_shaped(name: str, value: ArrayLike, like: torch.Tensor) -> torch.Tensor:
+    """An input with the keys' shape (``a``, ``b``; Comba's ``p``): a finite ``(B, H, T, d_k)``
+    array, ``like``'s shape, in its dtype; otherwise a ``ValueError`` naming ``name``."""
+    tensor = as_tensor(name, value, ndim=(4,))
+    if tensor.shape != like.shape:
+        raise ValueError(
+            f"{name}: must have the keys' shape (B, H, T, d_k) = {tuple(like.shape)}, "
+            f"got {tuple(tensor.shape)}"
+        )
+    return tensor.to(like.dtype)
+
+
 def per_token(
     name: str,
     value: float | ArrayLike,
