@@ -175,6 +175,11 @@ def entries() -> list[Entry]:
             lambda q, k, v: seq.titans(q, k, v, lr=BETA, momentum=0.0, decay=1.0),
             ref_delta,
         ),
+        Entry(  # mini-batches of one, no LayerNorm: DeltaNet
+            "ttt_linear",
+            lambda q, k, v: seq.ttt_linear(q, k, v, BETA, batch_size=1),
+            ref_delta,
+        ),
         Entry(
             "forgetting_attention",
             lambda q, k, v: seq.forgetting_attention(q, k, v, FORGET),

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import sequence_refs as ref
 import torch
+import torch.nn.functional as F
 
 from attnreg.sequence import (
     comba,
@@ -21,6 +22,7 @@ from attnreg.sequence import (
     softmax_attention,
     stick_breaking_attention,
     titans,
+    ttt_linear,
 )
 
 B, H, DV = 2, 3, 4
@@ -378,3 +380,122 @@ def test_the_token_loop_layers_refuse_other_forms_and_bad_parameters():
         titans(q, k, v, lr=0.1, momentum=0.5, decay=None)
     with pytest.raises(ValueError, match="lr"):
         titans(q, k, v, lr="0.1", momentum=0.5, decay=0.9)
+
+
+def sgd_ttt(q, k, v, lr, batch, weight=None, bias=None, eps=1e-6):
+    """One head, TTT-Linear by autograd and ``torch.optim.SGD``: each token's loss (``½‖Wᵀk −
+    v‖²``; with ``weight``, ``½‖layer_norm(Wᵀk + c) − (v − k)‖²`` by ``F.layer_norm``) adds its
+    gradient at the batch's starting map into ``.grad``; token t reads out with
+    ``W − η_t · grad`` (and ``+ layer_norm(o)`` with ``weight``); at the batch's end SGD steps
+    with ``η`` of its last token. Also the largest ``1/σ`` of the LayerNorm's inputs."""
+    d_k, d_v = k.shape[1], v.shape[1]
+    w = torch.zeros(d_k, d_v, dtype=torch.float64, requires_grad=True)
+    c = torch.zeros(d_v, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.SGD([w, c], lr=1.0)
+    ln = None
+    if weight is not None:
+        ln = (d_v,), torch.as_tensor(weight), torch.as_tensor(bias)
+    out, inv_sigma = [], 1.0
+    for start in range(0, len(k), batch):
+        opt.zero_grad()
+        for t in range(start, min(start + batch, len(k))):
+            kt, vt, qt = (torch.as_tensor(x[t]) for x in (k, v, q))
+            z = w.T @ kt
+            if ln is None:
+                loss = 0.5 * ((z - vt) ** 2).sum()
+            else:
+                loss = 0.5 * ((F.layer_norm(z + c, *ln, eps) - (vt - kt)) ** 2).sum()
+                inv_sigma = max(inv_sigma, spread(z + c, eps))
+            loss.backward()
+            with torch.no_grad():
+                o = (w - lr[t] * w.grad).T @ qt
+                if ln is not None:
+                    o = o + c - lr[t] * c.grad
+                    inv_sigma = max(inv_sigma, spread(o, eps))
+                    o = o + F.layer_norm(o, *ln, eps)
+            out.append(o.numpy())
+        opt.param_groups[0]["lr"] = float(lr[t])
+        opt.step()
+    return np.array(out), np.full(len(k), inv_sigma)
+
+
+def spread(z, eps):
+    """``1/√(var z + ε)``, the factor a LayerNorm multiplies its input's rounding by (1 for an
+    exactly zero input, which carries none)."""
+    z = z.detach()
+    return float(1 / z.var(unbiased=False).add(eps).sqrt()) if bool(z.any()) else 1.0
+
+
+TTT_CASES = {
+    "random": dict(t=37, d=5, batch=8),
+    "correlated": dict(t=20, d=4, batch=16, correlated=True),
+    "T < d_k": dict(t=3, d=8, batch=2),
+    "one batch": dict(t=12, d=4, batch=16),
+    "huge keys": dict(t=19, d=4, batch=4, key_scale=1e100),
+}
+
+
+def ttt_data(t, d, seed, correlated=False, key_scale=1.0, **_):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, H, t, d))
+    k = keys(rng, (B, H, t, d), correlated) * key_scale
+    v = rng.standard_normal((B, H, t, d))
+    lr = rng.uniform(0.0, 1.0, (B, H, t)) / key_scale**2
+    return q, k, v, lr
+
+
+@pytest.mark.parametrize("case", TTT_CASES)
+def test_ttt_linear_is_mini_batch_sgd_read_out_in_the_dual_form(case):
+    spec = TTT_CASES[case]
+    q, k, v, lr = ttt_data(seed=len(case), **spec)
+    want, _ = ref.heads(sgd_ttt, q, k, v, lr, np.full((B, H), spec["batch"]))
+    out = ttt_linear(q, k, v, lr, batch_size=spec["batch"]).numpy()
+    _, mags = ref.heads(ref.lms, q, k, v, lr, np.ones(lr.shape))  # Σ η ‖k‖ ‖v‖ so far
+    n = spec["d"] + spec["batch"]
+    bound = 8 * ref.U64 * n * np.arange(1, spec["t"] + 1) * np.linalg.norm(q, axis=-1) * mags
+    assert np.all(np.linalg.norm(out - want, axis=-1) <= bound)
+
+
+def test_ttt_linear_with_batches_of_one_is_deltanet():
+    q, k, v, lr = ttt_data(33, 5, 8)
+    want, mags = ref.heads(ref.lms, q, k, v, lr, np.ones(lr.shape))
+    out = ttt_linear(q, k, v, lr, batch_size=1).numpy()
+    bound = 8 * ref.U64 * 5 * np.arange(1, 34) * np.linalg.norm(q, axis=-1) * mags
+    assert np.all(np.linalg.norm(out - want, axis=-1) <= bound)
+
+
+@pytest.mark.parametrize("case", ["random", "correlated", "T < d_k"])
+def test_ttt_linear_with_its_layer_norm_is_sgd_through_f_layer_norm(case):
+    spec = TTT_CASES[case]
+    q, k, v, lr = ttt_data(seed=11 + len(case), **spec)
+    rng = np.random.default_rng(1)
+    weight = rng.uniform(0.5, 1.5, (H, spec["d"]))
+    bias = rng.standard_normal((H, spec["d"])) * 0.1
+    want, inv_sigma = ref.heads(
+        lambda a, b_, c, e, j: sgd_ttt(a, b_, c, e, spec["batch"], weight[j], bias[j]),
+        q,
+        k,
+        v,
+        lr,
+        np.broadcast_to(np.arange(H), (B, H)),
+    )
+    out = ttt_linear(
+        q, k, v, lr, batch_size=spec["batch"], norm=True, norm_weight=weight, norm_bias=bias
+    ).numpy()
+    # every LayerNorm multiplies the rounding of its input by 1/σ; magnitudes are O(1 + |o|)
+    t = np.arange(1, spec["t"] + 1)[:, None]
+    bound = 64 * ref.U64 * (spec["d"] + spec["batch"]) * t * inv_sigma[..., None] ** 2
+    assert np.all(np.abs(out - want) <= bound * (1 + np.abs(want)))
+
+
+def test_ttt_linear_refuses_bad_settings_by_name():
+    q, k, v, lr = ttt_data(8, 4, 0)
+    for bad in (0, -1, 2.5, True, "16"):
+        with pytest.raises(ValueError, match="batch_size"):
+            ttt_linear(q, k, v, lr, batch_size=bad)
+    with pytest.raises(ValueError, match="d_v = d_k"):
+        ttt_linear(q, k, v[..., :3], lr, norm=True)
+    with pytest.raises(ValueError, match="norm_weight"):
+        ttt_linear(q, k, v, lr, norm=True, norm_weight=np.ones((H, 3)))
+    with pytest.raises(ValueError, match="without norm"):
+        ttt_linear(q, k, v, lr, norm_weight=np.ones((H, 4)))

@@ -29,6 +29,7 @@ from attnreg.sequence import (
     mesa,
     momentum_delta_rule,
     stick_breaking_attention,
+    ttt_linear,
 )
 
 B, H, T, D = 1, 2, 128, 8  # two blocks of the chunked forms
@@ -94,6 +95,7 @@ def test_references_load_without_the_fla_package():
         "stickbreaking_attn",
         "comba",
         "momentum_delta_rule",
+        "ttt",
     ):
         naive(layer)
     assert "fla" not in sys.modules and "triton" not in sys.modules
@@ -417,3 +419,31 @@ def test_momentum_delta_rule():
     # the momentum sums 1/(1 − μ) past gradients: the online bound with that factor
     tol = online_tol(q * D**-0.5, k, v, beta * eta, log_decay.exp()) / (1 - float(mu.max()))
     assert torch.all((ours - fla_layout(theirs)).norm(dim=-1).double() <= tol)
+
+
+def test_ttt_linear():
+    """TTT-Linear with its LayerNorm: fla's ``ttt_linear`` (layout ours, ``η`` per token, the
+    LayerNorm's ``w, b`` per head, mini-batches of 16; it scales ``q`` in place: a copy goes in)."""
+    fla = naive("ttt")
+    q, k, v, _, _ = data(17, normalize=True)
+    g = torch.Generator().manual_seed(17)
+    eta = 0.1 * torch.rand(B, H, T, generator=g)
+    w = 0.5 + torch.rand(H, D, generator=g)
+    b = 0.1 * torch.randn(H, D, generator=g)
+    ours = ttt_linear(
+        q, k, v, eta, batch_size=16, scale=D**-0.5, norm=True, norm_weight=w, norm_bias=b
+    )
+    theirs = fla.ttt_linear(q.clone(), k, v, w, b, eta, D**-0.5, 1e-6, 16, None, None, False)[0]
+    # float32 against float32: the rounding of T steps of d-term sums, magnified by the
+    # LayerNorms' 1/σ (measured in float64 on our side)
+    ref64 = ttt_linear(
+        *(x.double() for x in (q, k, v, eta)),
+        batch_size=16,
+        scale=D**-0.5,
+        norm=True,
+        norm_weight=w.double(),
+        norm_bias=b.double(),
+    )
+    steps = torch.arange(1, T + 1, dtype=torch.float64)[:, None]
+    tol = 64 * ref.U32 * (D + 16) * steps * (1 + ref64.abs())
+    assert torch.all((ours - theirs).abs().double() <= tol)

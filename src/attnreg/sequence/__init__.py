@@ -33,6 +33,7 @@ from attnreg.sequence.modules import (
 from attnreg.sequence.momentum_delta import momentum_delta_rule
 from attnreg.sequence.stick_breaking import stick_breaking_attention
 from attnreg.sequence.titans import titans
+from attnreg.sequence.ttt import ttt_linear
 
 __all__ = [
     "DeltaRuleLayer",
@@ -55,4 +56,5 @@ __all__ = [
     "softmax_attention",
     "stick_breaking_attention",
     "titans",
+    "ttt_linear",
 ]
