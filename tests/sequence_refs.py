@@ -229,3 +229,32 @@ def stick_loop(q, k, v, scale, attend_current):
         out.append(o)
         bounds.append((t + 1) * (1 + top) * np.abs(v[: t + 1]).max())
     return np.array(out), np.array(bounds)
+
+
+def fenwick_segments(t):
+    """``[(level, first, end), …]``: ``[0, t)`` split by the binary digits of ``t`` — for each
+    set bit ``b``, the ``2^b`` positions below ``t`` with ``b``'s higher bits cleared, at level
+    ``b + 1`` — and ``t`` itself at level 0."""
+    out = [(0, t, t + 1)]
+    for b in range(t.bit_length()):
+        if t >> b & 1:
+            base = t - t % (1 << b)
+            out.append((b + 1, base - (1 << b), base))
+    return out
+
+
+def log_linear_loop(q, k, v, lam, alpha):
+    """One head: ``o_t = Σ_{i≤t} λ_{t, ℓ} (Π_{i<j≤t} α_j) (q_tᵀ k_i) v_i`` over the Fenwick
+    segments of :func:`fenwick_segments`; and ``Σ |γ| |q|ᵀ|k| |v|`` for the bound."""
+    g = decay_weights(alpha)
+    out, mags = [], []
+    for t in range(len(k)):
+        o, m = np.zeros(v.shape[1]), np.zeros(v.shape[1])
+        for level, first, end in fenwick_segments(t):
+            for i in range(first, end):
+                w = lam[t, level] * g[t, i]
+                o += w * (q[t] @ k[i]) * v[i]
+                m += abs(w) * (np.abs(q[t]) @ np.abs(k[i])) * np.abs(v[i])
+        out.append(o)
+        mags.append(m)
+    return np.array(out), np.array(mags)

@@ -180,6 +180,11 @@ def entries() -> list[Entry]:
             lambda q, k, v: seq.ttt_linear(q, k, v, BETA, batch_size=1),
             ref_delta,
         ),
+        Entry(  # every level weighted 1: linear attention
+            "log_linear_attention",
+            lambda q, k, v: seq.log_linear_attention(q, k, v, np.ones((B, H, T, 4))),
+            ref_linear,
+        ),
         Entry(
             "forgetting_attention",
             lambda q, k, v: seq.forgetting_attention(q, k, v, FORGET),

@@ -18,6 +18,7 @@ from attnreg.sequence import (
     delta_product,
     forgetting_attention,
     generalized_delta_rule,
+    log_linear_attention,
     momentum_delta_rule,
     softmax_attention,
     stick_breaking_attention,
@@ -499,3 +500,38 @@ def test_ttt_linear_refuses_bad_settings_by_name():
         ttt_linear(q, k, v, lr, norm=True, norm_weight=np.ones((H, 3)))
     with pytest.raises(ValueError, match="without norm"):
         ttt_linear(q, k, v, lr, norm_weight=np.ones((H, 4)))
+
+
+def test_the_fenwick_segments_cover_each_prefix_once():
+    for t in range(70):
+        covered = sorted(i for _, first, end in ref.fenwick_segments(t) for i in range(first, end))
+        assert covered == list(range(t + 1))
+
+
+@pytest.mark.parametrize(("t", "d_k", "decayed"), [(1, 4, True), (37, 5, True), (16, 3, False)])
+def test_log_linear_attention_is_the_level_weighted_sum(t, d_k, decayed):
+    rng = np.random.default_rng(t)
+    q, k = rng.standard_normal((B, H, t, d_k)), rng.standard_normal((B, H, t, d_k))
+    v = rng.standard_normal((B, H, t, DV))
+    lam = rng.uniform(-1.0, 2.0, (B, H, t, 8))  # any sign: the weights are the query's
+    alpha = rng.uniform(0.5, 1.0, (B, H, t)) if decayed else np.ones((B, H, t))
+    want, mag = ref.heads(ref.log_linear_loop, q, k, v, lam, alpha)
+    out = log_linear_attention(q, k, v, lam, decay=alpha if decayed else None, scale=1.0)
+    tol = 4 * ref.U64 * (d_k + ref.heads(ref.log_budget, alpha))[..., None] * mag
+    assert np.all(np.abs(out.numpy() - want) <= tol)
+
+
+def test_log_linear_attention_with_equal_levels_is_linear_attention():
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((B, H, 21, 4)) for _ in range(3))
+    alpha = rng.uniform(0.5, 1.0, (B, H, 21))
+    want, mag = ref.heads(ref.weighted_sum, q, k, v, alpha)
+    out = log_linear_attention(q, k, v, np.ones((B, H, 21, 6)), decay=alpha)
+    tol = 4 * ref.U64 * (4 + ref.heads(ref.log_budget, alpha))[..., None] * mag
+    assert np.all(np.abs(out.numpy() - want) <= tol)
+
+
+def test_log_linear_attention_needs_every_level():
+    q = np.ones((1, 1, 9, 2))
+    with pytest.raises(ValueError, match=r"level_weights: .*L ≥ 5"):
+        log_linear_attention(q, q, q, np.ones((1, 1, 9, 4)))

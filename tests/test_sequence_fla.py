@@ -26,6 +26,7 @@ from attnreg.sequence import (
     forgetting_attention,
     generalized_delta_rule,
     linear_attention,
+    log_linear_attention,
     mesa,
     momentum_delta_rule,
     stick_breaking_attention,
@@ -96,6 +97,7 @@ def test_references_load_without_the_fla_package():
         "comba",
         "momentum_delta_rule",
         "ttt",
+        "log_linear_attn",
     ):
         naive(layer)
     assert "fla" not in sys.modules and "triton" not in sys.modules
@@ -447,3 +449,18 @@ def test_ttt_linear():
     steps = torch.arange(1, T + 1, dtype=torch.float64)[:, None]
     tol = 64 * ref.U32 * (D + 16) * steps * (1 + ref64.abs())
     assert torch.all((ours - theirs).abs().double() <= tol)
+
+
+def test_log_linear_attention():
+    """Log-linear attention: fla's layout ``(B, T, H, d)``, log-decays ``g`` per token and the
+    level scales ``(B, T, H, L)``; its query scale multiplies the output."""
+    fla = naive("log_linear_attn")
+    q, k, v, _, log_decay = data(18)
+    n_levels = 8  # ⌈log₂ 128⌉ + 1
+    lam = torch.rand(B, H, T, n_levels, generator=torch.Generator().manual_seed(18))
+    ours = log_linear_attention(q, k, v, lam, decay=log_decay.exp(), scale=D**-0.5)
+    theirs = fla.naive_log_linear_attn(*(fla_layout(x) for x in (q, k, v, log_decay, lam)), D**-0.5)
+    _, mag = ref.heads(ref.log_linear_loop, *f64(q * D**-0.5, k, v, lam, log_decay.exp()))
+    n = D + ref.heads(ref.log_budget, log_decay.exp().double().numpy())
+    tol = torch.from_numpy(8 * ref.U32 * n[..., None] * mag)
+    assert torch.all((ours - fla_layout(theirs)).abs().double() <= tol)

@@ -21,6 +21,7 @@ from attnreg.sequence.layers import (
     mesa,
     softmax_attention,
 )
+from attnreg.sequence.log_linear import log_linear_attention
 from attnreg.sequence.modules import (
     DeltaRuleLayer,
     LinearAttentionLayer,
@@ -50,6 +51,7 @@ __all__ = [
     "generalized_delta_rule",
     "linear_attention",
     "local_linear_attention",
+    "log_linear_attention",
     "longhorn",
     "mesa",
     "momentum_delta_rule",
