@@ -55,34 +55,21 @@ display(
 # Every number below is computed when the page is built, and the `assert` statements fail the
 # build if a check of the computation fails (a verdict is computed and shown, never asserted).
 #
-# | layer | weights `γ_{t,i}` | function class | optimiser | source |
-# |---|---|---|---|---|
-# | `linear_attention` | 1 | linear `W k` | one gradient step of size 1 from `W = 0` | Katharopoulos et al. 2020 |
-# | `linear_attention(decay=α)` | `Π_{i<j≤t} α_j` | linear | one gradient step from 0 | RetNet (Sun et al. 2023), Mamba-2 (Dao & Gu 2024) |
-# | `linear_attention(decay=α)`, `α (B, H, T, d_k)` | `Π_{i<j≤t} α_j` per key channel | linear | one gradient step from 0, the past pairs weighted coordinate by coordinate (attnreg's reading) | GLA (Yang et al. 2024) |
-# | `delta_rule` | — (only the newest pair, per step) | linear | online least squares (LMS): one step of size `β_t` per token | DeltaNet (Schlag et al. 2021; Yang et al. 2024) |
-# | `delta_rule(decay=α)` | — | linear, weight decay `1 − α_t` | LMS with weight decay | Gated DeltaNet (Yang, Kautz & Hatamizadeh 2025) |
-# | `delta_rule(decay=α)`, `α (B, H, T, d_k)` | — | linear, weight decay `1 − α_{t,c}` per key coordinate | LMS after a per-coordinate weight decay | KDA (Kimi Team 2025, "Kimi Linear") |
-# | `delta_product` | — | linear, weight decay `1 − α_t` | `n_h` LMS steps per token, on the token's `n_h` pairs | DeltaProduct (Siems et al. 2025) |
-# | `generalized_delta_rule` | — | linear, per-coordinate weight decay | a step on `½‖W b_t‖²` (rate `a_t`) and the write `v_t k_tᵀ`: LMS whose erase and write keys may differ (attnreg's reading) | RWKV-7 (Peng et al. 2025) |
-# | `comba` | — | linear, weight decay `1 − α_t` | the LMS step of instrumental-variable regression: error read at `p_t`, step along `k_t` (attnreg's reading) | Comba (Hu et al. 2025) |
-# | `momentum_delta_rule` | — | linear, weight decay `1 − α_t` | LMS by heavy-ball momentum (`torch.optim.SGD(momentum=μ)`, one step per token) | fla's momentum delta rule |
-# | `titans` | — | linear, weight decay `1 − α_t` | online least squares with momentum ("surprise") | Titans' linear memory (Behrouz et al. 2025) |
-# | `ttt_linear` | — (the pairs of each mini-batch, gradients at its start) | linear (`norm`: `k + LN(Wᵀk + b)`) | mini-batch gradient descent, read out in the dual form | TTT-Linear (Sun et al. 2024) |
-# | `longhorn` | — | linear | implicit (proximal) online step `argmin ‖W − W_{t−1}‖² + β‖W k − v‖²` | Longhorn (Liu et al. 2024) |
-# | `mesa` | `β_i Π_{i<j≤t} α_j` | linear, ridge `Λ` | exact solve of the ridge problem at every `t` | MesaNet (von Oswald et al. 2025) |
-# | `softmax_attention` | `e^{scale · q_tᵀ k_i}` | constant `b` | closed form (the weighted mean): Nadaraya–Watson | Vaswani et al. 2017 |
-# | `log_linear_attention` | `λ_{t, ℓ(t,i)} Π_{i<j≤t} α_j`, one weight per Fenwick level | linear | one gradient step from 0 | Log-linear attention (Guo et al. 2025) |
-# | `forgetting_attention` | `e^{scale · q_tᵀ k_i} Π_{i<j≤t} f_j` | constant `b` | closed form (the weighted mean) | Forgetting Transformer (Lin et al. 2025) |
-# | `stick_breaking_attention` | `σ(z_{t,i}) Π_{i<l<t} (1 − σ(z_{t,l}))`, the rest on `b = 0` | constant `b` | closed form (a weighted mean shrunk to 0; attnreg's reading) | Tan et al. 2025 |
-# | `local_linear_attention` | `e^{scale · q_tᵀ k_i}` | affine `b + W (k − q_t)`, ridge on `W` | closed form (weighted local-linear ridge) | Zuo et al. 2025, arXiv 2510.01450 |
+# The table below is generated from the layer registry (`attnreg.sequence.registry`): every
+# registered layer, one row per configuration, with its forms (`mode=`).
 #
 # (Wang, Shi & Fox 2025 is the frame for all rows.) `attnreg verify` carries the same
 # identities as certificate rows on degenerate and extreme-scale inputs, in float64 and
 # float32.
 
+# %% tags=["remove-input"]
+from IPython.display import Markdown
+
+from attnreg.sequence.registry import family_table
+
+display(Markdown(family_table()))
+
 # %%
-# ruff: noqa: E501 (the rows of the table above are one line each)
 import time
 from functools import partial
 
