@@ -34,16 +34,15 @@ import pytest
 import torch
 from sequence_refs import (
     U64,
-    forgetting_loop,
     heads,
     lms,
     proximal,
     smoother,
-    stick_loop,
     weighted_sum,
 )
 
 import attnreg.sequence as seq
+from attnreg.studies.verify import references as vref
 
 B, H, T, D = 2, 2, 5, 3
 BETA = 0.25
@@ -88,11 +87,13 @@ FORGET = 0.8
 
 
 def ref_forgetting(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    return heads(lambda a, b, c: forgetting_loop(a, b, c, np.full(len(b), FORGET), 1.0)[0], q, k, v)
+    return heads(
+        lambda a, b, c: vref.gated_smoother(a, b, c, np.full(len(b), FORGET), 1.0)[0], q, k, v
+    )
 
 
 def ref_stick(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    return heads(lambda a, b, c: stick_loop(a, b, c, 1.0, False)[0], q, k, v)
+    return heads(lambda a, b, c: vref.stick_breaking(a, b, c, 1.0)[0], q, k, v)
 
 
 def ref_local_linear(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -6,6 +6,7 @@ registered, shows up in the table; unregistered, it is gone)."""
 import inspect
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from test_sequence_fla import naive
@@ -70,3 +71,22 @@ def test_a_registered_toy_layer_reaches_the_table_and_a_second_entry_is_refused(
     finally:
         unregister("toy_layer")
     assert "toy_layer" not in family_table()
+
+
+def test_verify_certifies_every_registered_layer():
+    """``attnreg verify``'s sequence rows on one case name a registered layer each, and every
+    registered layer has a row (the full certificate, every shape and dtype, passing, is
+    ``test_verify.py``'s)."""
+    from attnreg.studies.verify.cases import CASES, make_task
+    from attnreg.studies.verify.config import VerifyConfig
+    from attnreg.studies.verify.sequence_rows import LAYER_OF_ROW, sequence_rows
+
+    rng = np.random.default_rng(0)
+    case = CASES[0]
+    rows = sequence_rows(
+        make_task(case, "float64", rng), 0, case.describe(), "float64", VerifyConfig(), rng
+    )
+    names = {r["construction"] for r in rows}
+    assert names == set(LAYER_OF_ROW)
+    assert set(LAYER_OF_ROW.values()) == set(REGISTRY)
+    assert all(r["passed"] for r in rows)

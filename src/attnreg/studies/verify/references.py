@@ -264,3 +264,208 @@ def local_linear_fit(q: Array, k: Array, v: Array, lam: float, scale: float) -> 
         spread = _spread(q, k, scale, t)
         mags.append(4 * (spread + t + 1 + d) * (sv[0] / sv[-1]) ** 2 * size)
     return np.array(out), np.array(mags)
+
+
+# ---- the layers of 2025 (one sequence at a time, as above) ---------------------------------
+# A layer whose state update need not be a contraction gets the bound its own error propagation
+# gives: the rounding error ``δ_s`` made at step ``s`` (at most ``u · n · τ_s``, ``τ_s`` the
+# magnitude of the terms summed, ``n`` their number per entry) reaches step ``t`` through the
+# product of the update's Jacobians, so ``‖e_t‖ ≤ u · n · Σ_{s≤t} ‖J_t ⋯ J_{s+1}‖₂ τ_s``
+# (:func:`propagated`, computed from the Jacobians of this very sequence).
+
+
+def propagated(jacobians: list[Array], terms: list[float]) -> Array:
+    """``Σ_{s≤t} ‖J_t ⋯ J_{s+1}‖₂ τ_s`` for every ``t`` (``J_t`` the update's Jacobian at step
+    ``t``, ``τ_s`` the magnitude of the terms rounded at step ``s``)."""
+    products: list[Array] = []
+    out = []
+    for jac in jacobians:
+        products = [jac @ prod for prod in products] + [np.eye(len(jac))]
+        seen = terms[: len(products)]
+        out.append(sum(np.linalg.norm(P, 2) * t for P, t in zip(products, seen, strict=True)))
+    return np.array(out)
+
+
+def lms_steps(q: Array, k: Array, v: Array, beta: Array, alpha: Array) -> tuple[Array, Array]:
+    """DeltaProduct as ``n_h`` LMS steps per token: ``W ← α_t W``, then for each step ``j``
+    ``W ← W − β_{t,j} (W k_{t,j} − v_{t,j}) k_{t,j}ᵀ``; ``o_t = W q_t`` (``k (T, n_h, d)``,
+    ``v (T, n_h, d_v)``, ``beta (T, n_h)``). Bound: :func:`lms_loop`'s over the ``n_h (t + 1)``
+    non-expansive steps so far (``0 ≤ β ‖k‖² ≤ 2``)."""
+    w = np.zeros((v.shape[-1], k.shape[-1]))
+    out, mags, mag = [], [], 0.0
+    for t in range(len(k)):
+        w = alpha[t] * w
+        mag *= alpha[t]
+        for j in range(k.shape[1]):
+            w = w - beta[t, j] * np.outer(w @ k[t, j] - v[t, j], k[t, j])
+            mag += beta[t, j] * np.linalg.norm(k[t, j]) * np.linalg.norm(v[t, j])
+        out.append(w @ q[t])
+        mags.append(mag)
+    steps = k.shape[1] * np.arange(1, len(k) + 1)
+    bound = 8 * (k.shape[-1] + _log_budget(alpha)) * steps * np.linalg.norm(q, axis=1)
+    return np.array(out), bound * np.array(mags)
+
+
+def dplr_loop(
+    q: Array, k: Array, v: Array, a: Array, b: Array, alpha: Array
+) -> tuple[Array, Array]:
+    """The generalized delta rule: ``W ← W (Diag(α_t) + b_t a_tᵀ) + v_t k_tᵀ`` (``W`` read before
+    the decay in ``W b_t``), ``o_t = W q_t``; ``alpha (T, d)``. Bound: :func:`propagated` with
+    the Jacobian ``(Diag(α_t) + b_t a_tᵀ)ᵀ`` per row of ``W``, ``n = d + 3``."""
+    w = np.zeros((v.shape[1], k.shape[1]))
+    out, jacobians, terms = [], [], []
+    for t in range(len(k)):
+        step = np.diag(alpha[t]) + np.outer(b[t], a[t])
+        terms.append(
+            np.linalg.norm(w) * np.abs(step).sum(0).max()
+            + np.linalg.norm(v[t]) * np.linalg.norm(k[t])
+        )
+        w = w @ step + np.outer(v[t], k[t])
+        jacobians.append(step.T)
+        out.append(w @ q[t])
+    bound = 4 * (k.shape[1] + 3) * propagated(jacobians, terms) * np.linalg.norm(q, axis=1)
+    return np.array(out), bound
+
+
+def instrumental_lms(
+    q: Array, k: Array, p: Array, v: Array, beta: Array, alpha: Array
+) -> tuple[Array, Array]:
+    """Comba as the LMS step of instrumental-variable regression: ``W ← α_t W``,
+    ``W ← W + β_t (v_t − W p_t) k_tᵀ`` (error at the regressor ``p_t``, step along the instrument
+    ``k_t``), ``o_t = W q_t``. Bound: :func:`propagated` with the Jacobian
+    ``α_t (I − β_t p_t k_tᵀ)ᵀ`` per row of ``W``, ``n = d + 3``."""
+    d = k.shape[1]
+    w = np.zeros((v.shape[1], d))
+    out, jacobians, terms = [], [], []
+    for t in range(len(k)):
+        w = alpha[t] * w
+        terms.append(
+            np.linalg.norm(w) * (1 + beta[t] * np.linalg.norm(p[t]) * np.linalg.norm(k[t]))
+            + beta[t] * np.linalg.norm(v[t]) * np.linalg.norm(k[t])
+        )
+        w = w + beta[t] * np.outer(v[t] - w @ p[t], k[t])
+        jacobians.append(alpha[t] * (np.eye(d) - beta[t] * np.outer(p[t], k[t])).T)
+        out.append(w @ q[t])
+    bound = 4 * (d + 3) * propagated(jacobians, terms) * np.linalg.norm(q, axis=1)
+    return np.array(out), bound
+
+
+def momentum_lms(
+    q: Array, k: Array, p: Array, v: Array, beta: Array, eta: Array, mu: Array, alpha: Array
+) -> tuple[Array, Array]:
+    """The momentum delta rule in fla's convention: ``e = Sᵀ p_t − v_t``,
+    ``M ← μ_t M + η_t k_t eᵀ``, ``S ← α_t S − β_t M``, ``o_t = Sᵀ q_t`` (heavy-ball online least
+    squares when ``p = k``; Titans' memory with ``β = 1``, ``η = θ``). Bound:
+    :func:`propagated` with the Jacobian of the pair ``(S, M)`` per column of the values,
+    ``n = d + 4``."""
+    d = k.shape[1]
+    s = np.zeros((d, v.shape[1]))
+    m = np.zeros_like(s)
+    out, jacobians, terms = [], [], []
+    for t in range(len(k)):
+        push = eta[t] * np.outer(k[t], p[t])
+        terms.append(
+            np.linalg.norm(s) * (alpha[t] + np.abs(push).sum())
+            + np.linalg.norm(m)
+            + eta[t] * np.linalg.norm(k[t]) * np.linalg.norm(v[t])
+        )
+        m = mu[t] * m + eta[t] * np.outer(k[t], s.T @ p[t] - v[t])
+        s = alpha[t] * s - beta[t] * m
+        top = np.hstack([alpha[t] * np.eye(d) - beta[t] * push, -beta[t] * mu[t] * np.eye(d)])
+        bottom = np.hstack([push, mu[t] * np.eye(d)])
+        jacobians.append(np.vstack([top, bottom]))
+        out.append(s.T @ q[t])
+    bound = 4 * (d + 4) * propagated(jacobians, terms) * np.linalg.norm(q, axis=1)
+    return np.array(out), bound
+
+
+def mini_batch_gd(q: Array, k: Array, v: Array, lr: Array, batch: int) -> tuple[Array, Array]:
+    """TTT-Linear without its LayerNorm: per mini-batch of ``batch`` tokens the gradients
+    ``G_i = (W₀ k_i − v_i) k_iᵀ`` of ``½‖W k_i − v_i‖²`` at the batch's starting map ``W₀``;
+    ``o_t = (W₀ − η_t Σ_{i≤t} G_i) q_t``; the next batch starts from
+    ``W₀ − η_e Σ_{batch} G_i`` (``e`` its last token). Bound: the running bound on absolute
+    values, ``n = d + batch + 2``."""
+    w0 = np.zeros((v.shape[1], k.shape[1]))
+    mag0 = np.zeros_like(w0)
+    out, mags = [], []
+    for start in range(0, len(k), batch):
+        grad, grad_mag = np.zeros_like(w0), np.zeros_like(w0)
+        for t in range(start, min(start + batch, len(k))):
+            grad = grad + np.outer(w0 @ k[t] - v[t], k[t])
+            grad_mag = grad_mag + np.outer(mag0 @ np.abs(k[t]) + np.abs(v[t]), np.abs(k[t]))
+            out.append((w0 - lr[t] * grad) @ q[t])
+            mags.append(((mag0 + lr[t] * grad_mag) @ np.abs(q[t])).max())
+        w0 = w0 - lr[t] * grad
+        mag0 = mag0 + lr[t] * grad_mag
+    return np.array(out), 4 * (k.shape[1] + batch + 2) * np.array(mags)
+
+
+def fenwick_segments(t: int) -> list[tuple[int, int, int]]:
+    """``[(level, first, end), …]``: ``[0, t)`` split by the binary digits of ``t`` — for each
+    set bit ``b`` the ``2^b`` positions below ``t`` with the digits under ``b`` cleared, at level
+    ``b + 1`` — and ``t`` itself at level 0 (log-linear attention's levels)."""
+    out = [(0, t, t + 1)]
+    for b in range(t.bit_length()):
+        if t >> b & 1:
+            base = t - t % (1 << b)
+            out.append((b + 1, base - (1 << b), base))
+    return out
+
+
+def level_weighted_sum(
+    q: Array, k: Array, v: Array, lam: Array, alpha: Array
+) -> tuple[Array, Array]:
+    """Log-linear attention: ``o_t = Σ_{i≤t} λ_{t, ℓ} γ_{t,i} (q_tᵀ k_i) v_i`` over the Fenwick
+    segments of :func:`fenwick_segments` (``lam (T, L)``). Bound: :func:`decayed_sum`'s with
+    the weights ``|λ| γ``."""
+    g = decay_weights(alpha)
+    out, mags = [], []
+    for t in range(len(k)):
+        o, m = np.zeros(v.shape[1]), np.zeros(v.shape[1])
+        for level, first, end in fenwick_segments(t):
+            for i in range(first, end):
+                w = lam[t, level] * g[t, i]
+                o = o + w * (q[t] @ k[i]) * v[i]
+                m = m + abs(w) * (np.abs(q[t]) @ np.abs(k[i])) * np.abs(v[i])
+        out.append(o)
+        mags.append(m.max())
+    return np.array(out), 4 * (k.shape[1] + _log_budget(alpha)) * np.array(mags)
+
+
+def gated_smoother(
+    q: Array, k: Array, v: Array, forget: Array, scale: float
+) -> tuple[Array, Array]:
+    """Forgetting attention as the Nadaraya–Watson smoother with the kernel
+    ``e^{scale q_tᵀ k_i} Π_{i<j≤t} f_j``, the weighted mean written out (the gates as
+    products). Bound: :func:`kernel_smoother`'s, the spread of the exponents widened by the
+    cumulative ``Σ |log f|``."""
+    out, mags = [], []
+    for t in range(len(k)):
+        logits = scale * (k[: t + 1] @ q[t])
+        gates = np.array([np.prod(forget[i + 1 : t + 1]) for i in range(t + 1)])
+        weights = np.exp(logits - logits.max()) * gates
+        out.append(weights @ v[: t + 1] / weights.sum())
+        spread = _spread(q, k, scale, t) + np.abs(np.log(forget[: t + 1])).sum()
+        mags.append(4 * (spread + t + 1 + k.shape[1]) * np.abs(v[: t + 1]).max())
+    return np.array(out), np.array(mags)
+
+
+def stick_breaking(
+    q: Array, k: Array, v: Array, scale: float, attend_current: bool = False
+) -> tuple[Array, Array]:
+    """Stick-breaking attention: at each ``t`` the stick broken from the nearest visible key
+    backwards, ``A = σ(z) · stick``, ``stick ← stick · (1 − σ(z))``, ``o_t = Σ A_i v_i``.
+    Bound: ``m_t = 8 (t + 1)(1 + max |z|) max |v|`` (each weight a product of ``t`` factors
+    formed in log space by the layer, the logits' rounding relative in each)."""
+    out, mags = [], []
+    for t in range(len(k)):
+        stick, o, top = 1.0, np.zeros(v.shape[1]), 0.0
+        for i in range(t if attend_current else t - 1, -1, -1):
+            z = scale * q[t] @ k[i]
+            p = 1 / (1 + np.exp(-z))
+            o = o + stick * p * v[i]
+            stick *= 1 - p
+            top = max(top, abs(z))
+        out.append(o)
+        mags.append(8 * (t + 1) * (1 + top) * np.abs(v[: t + 1]).max())
+    return np.array(out), np.array(mags)

@@ -45,13 +45,23 @@ import numpy as np
 import torch
 
 from attnreg.sequence import (
+    comba,
+    delta_product,
     delta_rule,
+    forgetting_attention,
+    generalized_delta_rule,
     linear_attention,
     local_linear_attention,
+    log_linear_attention,
     longhorn,
     mesa,
+    momentum_delta_rule,
     softmax_attention,
+    stick_breaking_attention,
+    titans,
+    ttt_linear,
 )
+from attnreg.sequence.log_linear import levels
 from attnreg.studies.verify import references as ref
 from attnreg.studies.verify.config import (
     DTYPES,
@@ -62,6 +72,8 @@ from attnreg.studies.verify.config import (
 )
 from attnreg.studies.verify.measure import measure
 
+TTT_BATCH = 4
+"""The TTT-Linear row's mini-batch (several per sequence, the last one shorter)."""
 SOFTMAX_SCALE = 4.0
 """The score scale of the softmax and local-linear rows (unit keys and queries: scores in
 ``[−4, 4]``, weights spread over a factor up to ``e⁸``)."""
@@ -97,8 +109,171 @@ def _parameters(
         "longhorn_beta": rng.uniform(0.5, 4.0, shape),
         "mesa_beta": rng.uniform(0.5, 1.0, shape),
         "mesa_lam": cfg.mesa_lambda * rng.uniform(0.5, 1.5, k.shape[2]),
+        "channel_alpha": rng.uniform(0.9, 1.0, k.shape),
+        "eta": rng.uniform(0.25, 1.0, k.shape),
+        "mu": rng.uniform(0.1, 0.5, shape),
+        "ttt_lr": rng.uniform(0.25, 1.0, shape) / TTT_BATCH,
+        "levels": rng.uniform(0.5, 1.5, (*shape, levels(shape[1]))),
     }
     return {name: round_to(p, dtype) for name, p in params.items()}
+
+
+Row = tuple[str, str, Callable[[], torch.Tensor], Callable[..., Any]]
+"""A row to measure: name, reference's description, the layer's run, the reference per task."""
+
+LAYER_OF_ROW = {
+    "sequence: linear attention": "linear_attention",
+    "sequence: linear attention, per-token decay (GLA)": "linear_attention",
+    "sequence: delta rule (DeltaNet), β = c/‖k‖²": "delta_rule",
+    "sequence: gated delta rule (Gated DeltaNet)": "delta_rule",
+    "sequence: Longhorn": "longhorn",
+    "sequence: Mesa (decayed ridge)": "mesa",
+    "sequence: softmax attention": "softmax_attention",
+    "sequence: local linear attention": "local_linear_attention",
+    "sequence: DeltaProduct (n_h = 2)": "delta_product",
+    "sequence: generalized delta rule (RWKV-7 form)": "generalized_delta_rule",
+    "sequence: Comba (error read at the previous key)": "comba",
+    "sequence: momentum delta rule": "momentum_delta_rule",
+    "sequence: Titans (linear memory)": "titans",
+    "sequence: TTT-Linear (no LayerNorm)": "ttt_linear",
+    "sequence: log-linear attention": "log_linear_attention",
+    "sequence: forgetting attention": "forgetting_attention",
+    "sequence: stick-breaking attention": "stick_breaking_attention",
+}
+"""The registered layer (:data:`attnreg.sequence.registry.REGISTRY`) each row certifies."""
+
+
+def _previous(a: np.ndarray) -> np.ndarray:
+    """``a`` shifted one token later along axis 1 (zeros at the first token)."""
+    out = np.zeros_like(a)
+    out[:, 1:] = a[:, :-1]
+    return out
+
+
+def family_rows(
+    q: np.ndarray,
+    key: np.ndarray,
+    v: np.ndarray,
+    p: dict[str, np.ndarray],
+    tensor: Callable[[np.ndarray], torch.Tensor],
+    k: int,
+    dtype: str,
+) -> list[Row]:
+    """The rows of the layers of 2025 on the same tokens (values scaled by ``2^k``): DeltaProduct
+    with two steps per token (the token's pair, then the previous token's), the generalized
+    delta rule in RWKV-7's form (``a = −η ⊙ k``, ``b = k``, a gate per channel), Comba read at
+    the previous key, the momentum delta rule and Titans (``μ ∈ [0.1, 0.5]``), TTT-Linear
+    (mini-batches of :data:`TTT_BATCH`), log-linear attention (level weights in
+    ``[0.5, 1.5]``), forgetting attention (``f = α``) and stick-breaking attention. Parameters
+    formed here are rounded to ``dtype``, as the drawn ones are."""
+    alpha, beta, mu, lr = p["alpha"], p["delta_beta"], p["mu"], p["ttt_lr"]
+    ones = np.ones(alpha.shape)
+    steps_k = np.stack([key, _previous(key)], axis=2)
+    steps_v = np.stack([v, _previous(v)], axis=2)
+    steps_beta = np.stack([beta, _previous(beta)], axis=2)
+    erase = round_to(-p["eta"] * key, dtype)
+    channel = p["channel_alpha"]
+    regressor = _previous(key)
+    heavy = round_to(
+        beta * (1 - mu), dtype
+    )  # heavy-ball steps that stay stable: β (1 − μ) ‖k‖² ≤ 1 − μ
+
+    def scaled(a: np.ndarray) -> torch.Tensor:
+        return tensor(np.ldexp(a, k))
+
+    return [
+        (
+            "sequence: DeltaProduct (n_h = 2)",
+            "numpy LMS loop, n_h steps per token",
+            lambda: delta_product(
+                tensor(q), tensor(steps_k), scaled(steps_v), tensor(steps_beta), decay=tensor(alpha)
+            ),
+            lambda b: ref.lms_steps(q[b], steps_k[b], steps_v[b], steps_beta[b], alpha[b]),
+        ),
+        (
+            "sequence: generalized delta rule (RWKV-7 form)",
+            "numpy diagonal-plus-low-rank update loop",
+            lambda: generalized_delta_rule(
+                tensor(q), tensor(key), scaled(v), tensor(erase), tensor(key), decay=tensor(channel)
+            ),
+            lambda b: ref.dplr_loop(q[b], key[b], v[b], erase[b], key[b], channel[b]),
+        ),
+        (
+            "sequence: Comba (error read at the previous key)",
+            "numpy instrumental-variable LMS loop",
+            lambda: comba(
+                tensor(q),
+                tensor(key),
+                scaled(v),
+                tensor(regressor),
+                tensor(beta),
+                decay=tensor(alpha),
+            ),
+            lambda b: ref.instrumental_lms(q[b], key[b], regressor[b], v[b], beta[b], alpha[b]),
+        ),
+        (
+            "sequence: momentum delta rule",
+            "numpy heavy-ball LMS loop",
+            lambda: momentum_delta_rule(
+                tensor(q),
+                tensor(key),
+                scaled(v),
+                tensor(key),
+                tensor(heavy),
+                1.0,
+                momentum=tensor(mu),
+                decay=tensor(alpha),
+            ),
+            lambda b: ref.momentum_lms(
+                q[b], key[b], key[b], v[b], heavy[b], ones[b], mu[b], alpha[b]
+            ),
+        ),
+        (
+            "sequence: Titans (linear memory)",
+            "numpy heavy-ball LMS loop, β = 1",
+            lambda: titans(
+                tensor(q),
+                tensor(key),
+                scaled(v),
+                lr=tensor(heavy),
+                momentum=tensor(mu),
+                decay=tensor(alpha),
+            ),
+            lambda b: ref.momentum_lms(
+                q[b], key[b], key[b], v[b], ones[b], heavy[b], mu[b], alpha[b]
+            ),
+        ),
+        (
+            "sequence: TTT-Linear (no LayerNorm)",
+            "numpy mini-batch gradient descent, dual-form read-out",
+            lambda: ttt_linear(tensor(q), tensor(key), scaled(v), tensor(lr), batch_size=TTT_BATCH),
+            lambda b: ref.mini_batch_gd(q[b], key[b], v[b], lr[b], TTT_BATCH),
+        ),
+        (
+            "sequence: log-linear attention",
+            "numpy sum over the Fenwick segments",
+            lambda: log_linear_attention(
+                tensor(q), tensor(key), scaled(v), tensor(p["levels"]), decay=tensor(alpha)
+            ),
+            lambda b: ref.level_weighted_sum(q[b], key[b], v[b], p["levels"][b], alpha[b]),
+        ),
+        (
+            "sequence: forgetting attention",
+            "numpy gated Nadaraya–Watson smoother",
+            lambda: forgetting_attention(
+                tensor(q), tensor(key), scaled(v), tensor(alpha), scale=SOFTMAX_SCALE
+            ),
+            lambda b: ref.gated_smoother(q[b], key[b], v[b], alpha[b], SOFTMAX_SCALE),
+        ),
+        (
+            "sequence: stick-breaking attention",
+            "numpy stick broken nearest key first",
+            lambda: stick_breaking_attention(
+                tensor(q), tensor(key), scaled(v), scale=SOFTMAX_SCALE
+            ),
+            lambda b: ref.stick_breaking(q[b], key[b], v[b], SOFTMAX_SCALE),
+        ),
+    ]
 
 
 def _one_head(run: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
@@ -129,7 +304,7 @@ def sequence_rows(
     gate, no_decay = tensor(p["alpha"]), np.ones(q.shape[:2])
     lam_h = torch.as_tensor(p["mesa_lam"], dtype=dt).unsqueeze(0)  # (H, d)
     ridge, scale = cfg.ridge, SOFTMAX_SCALE
-    rows: list[tuple[str, str, Callable[[], torch.Tensor], Callable[..., Any]]] = [
+    rows: list[Row] = [
         (
             "sequence: linear attention",
             "numpy Σ_{i≤t} (q_tᵀk_i) v_i",
@@ -181,6 +356,7 @@ def sequence_rows(
             lambda b: ref.local_linear_fit(q[b], key[b], v[b], ridge, scale),
         ),
     ]
+    rows += family_rows(q, key, v, p, tensor, k, dtype)
     unit, floor = unit_roundoff(dtype), smallest_normal(dtype)
     measured = []
     for name, reference, run, refer in rows:
