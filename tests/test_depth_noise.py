@@ -6,6 +6,7 @@ and of its regime gate."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -15,6 +16,7 @@ from sklearn.linear_model import Ridge as SkRidge
 from tiny_depth import TINY_DEPTH
 
 from attnreg.data.tasks import TaskSampler
+from attnreg.models import TrainableLSA
 from attnreg.progress import Progress
 from attnreg.studies.depth import DepthConfig
 from attnreg.studies.depth.claims import (
@@ -244,6 +246,66 @@ def test_mixed_rows_adjust_by_the_oracle_and_compare_with_tuned_rr(tiny_cfg):
                 cells[name]["error"] - cells["oracle"]["error"], rel=1e-9, abs=1e-12
             )
         assert r["diff"] == pytest.approx(r["adjusted_trained"] - r["adjusted_tuned_rr"], abs=1e-12)
+
+
+def test_the_diag_stacks_train_the_same_in_worker_processes(tiny_cfg):
+    """Vladymyrov et al.'s DIAG stacks in float64, trained in this process and in two spawned
+    workers: the same rows, bit for bit (each stack is seeded by its indices alone)."""
+    cfg = DepthConfig(
+        **{
+            **dataclasses.asdict(tiny_cfg),
+            "mixed_variant": "diag",
+            "mixed_dtype": "float64",
+            "mixed_init_scale": 0.0,
+            "mixed_lr": 1e-3,
+            "mixed_steps": 30,
+            "mixed_layers": [1, 2],
+        }
+    )
+    here = mixed_rows(cfg, Progress.quiet())
+    spread = mixed_rows(dataclasses.replace(cfg, mixed_workers=2), Progress.quiet())
+    assert here == spread
+    match = [r for r in here if r["kind"] == "mixed_match"]
+    assert {(r["variant"], r["dtype"]) for r in match} == {("diag", "float64")}
+
+
+def diag_loop(omega, xc, yc, xq):
+    """Vladymyrov et al.'s DIAG layers written token by token in numpy: for every token j
+    (context and queries), ``x_j += ω_xx (1/N) Σ_i x_i (x_iᵀ x_j) + ω_xy (1/N) Σ_i x_i (y_iᵀ
+    y_j)``, ``y_j += ω_yx (1/N) Σ_i y_i (x_iᵀ x_j) + ω_yy (1/N) Σ_i y_i (y_iᵀ y_j)``, sums over
+    the N context tokens of the layer's input; the prediction is ``−y`` of the queries."""
+    n = len(xc)
+    x = np.concatenate([xc, xq])
+    y = np.concatenate([yc, np.zeros((len(xq), yc.shape[1]))])
+    for w_xx, w_xy, w_yx, w_yy in omega:
+        nx, ny = x.copy(), y.copy()
+        for j in range(len(x)):
+            for i in range(n):
+                nx[j] += (w_xx * x[i] * (x[i] @ x[j]) + w_xy * x[i] * (y[i] @ y[j])) / n
+                ny[j] += (w_yx * y[i] * (x[i] @ x[j]) + w_yy * y[i] * (y[i] @ y[j])) / n
+        x, y = nx, ny
+    return -y[n:]
+
+
+def test_the_diag_variant_is_vladymyrovs_four_scalar_update():
+    """Both of the diag variant's paths — the two-head attention (``forward_predict``) and the
+    moments (``moments_predict``, the training loop's) — against the numpy loop; float64,
+    ``dy = 2``, N < d and N > d."""
+    rng = np.random.default_rng(0)
+    for d, dy, n, layers in ((4, 1, 9, 3), (6, 2, 3, 2), (3, 1, 20, 4)):
+        model = TrainableLSA(d, dy, layers, 2, variant="diag", init_scale=0.3, dtype=torch.float64)
+        xc, yc, xq = rng.normal(size=(n, d)), rng.normal(size=(n, dy)), rng.normal(size=(4, d))
+        want = diag_loop(model.omega.detach().numpy(), xc, yc, xq)
+        args = [torch.as_tensor(a)[None] for a in (xc, yc, xq)]
+        with torch.no_grad():
+            for got in (model.moments_predict(*args), model.forward_predict(*args)):
+                # layers of sums of n (d + dy)-term products, magnitudes up to the answer's
+                bound = 64 * 2**-53 * layers * n * (d + dy) * (np.abs(want).max() + 1.0)
+                assert np.abs(got[0].numpy() - want).max() <= bound
+    with pytest.raises(ValueError, match="heads"):
+        TrainableLSA(3, 1, 2, 1, variant="diag")
+    with pytest.raises(ValueError, match="moments_predict"):
+        TrainableLSA(3, 1, 2, 1).moments_predict(*args)
 
 
 # each claim's verdict on both sides of its threshold and of its regime gate

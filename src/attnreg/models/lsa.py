@@ -28,7 +28,13 @@ Parametrisations (``variant``):
   fastest to train, no saddle from the factorisation);
 * ``"gdpp"``: the GD++ sparsity pattern, ``KQ = [[A, 0], [0, 0]]``,
   ``PV = [[B, 0], [0, c]]`` (x-tokens move by ``B Σ x xᵀ A``, y by ``c Σ y xᵀ A``);
-* ``"factored"``: four free matrices ``W_Q, W_K, W_V, P`` per head (the paper's model).
+* ``"factored"``: four free matrices ``W_Q, W_K, W_V, P`` per head (the paper's model);
+* ``"diag"``: Vladymyrov et al.'s (2024) diagonal attention, parametrised as the paper
+  re-parametrises it, by four scalars per layer ``ω = (ω_xx, ω_xy, ω_yx, ω_yy)``:
+  ``x_j ← x_j + ω_xx (1/N) Σ_i x_i x_iᵀ x_j + ω_xy (1/N) Σ_i x_i y_iᵀ y_j`` and
+  ``y_j ← y_j + ω_yx (1/N) Σ_i y_i x_iᵀ x_j + ω_yy (1/N) Σ_i y_i y_iᵀ y_j`` — two heads,
+  ``KQ₁ = diag(I, 0)``, ``PV₁ = diag(ω_xx I, ω_yx I)``, ``KQ₂ = diag(0, I)``,
+  ``PV₂ = diag(ω_xy I, ω_yy I)`` (any diagonal ``P_h``, ``Q_h`` with scalar blocks sum to these).
 
 ``layers`` layers deep, each with its own weights, or ``recurrent`` (one set of weights applied
 ``layers`` times). :class:`TrainableLSA` can drop the residual stream (``residual=False``: a
@@ -53,7 +59,7 @@ from attnreg.models.token import LayoutModel, TokenModel, init_parameter
 
 __all__ = ["VARIANTS", "LayoutModel", "TokenModel", "TrainableLSA", "gd_products"]
 
-VARIANTS = ("full", "gdpp", "factored")
+VARIANTS = ("full", "gdpp", "factored", "diag")
 
 
 class TrainableLSA(LayoutModel):
@@ -98,7 +104,14 @@ class TrainableLSA(LayoutModel):
             )
         gen = torch.Generator().manual_seed(self.seed)
         shape = (self.n_weight_sets, heads, self.width, self.width)
-        if variant == "factored":
+        if variant == "diag":
+            if heads != 2:
+                raise ValueError(
+                    "heads: the diag variant is two heads (its four scalars ω per layer), "
+                    f"got {heads}"
+                )
+            self.omega = init_parameter((self.n_weight_sets, 4), init_scale, gen, dtype)
+        elif variant == "factored":
             self.w_q = init_parameter(shape, init_scale, gen, dtype)
             self.w_k = init_parameter(shape, init_scale, gen, dtype)
             self.w_v = init_parameter(shape, init_scale, gen, dtype)
@@ -146,6 +159,8 @@ class TrainableLSA(LayoutModel):
 
     def key_query(self, layer: int = 0) -> torch.Tensor:
         """``KQ_h = W_Kᵀ W_Q`` of every head of weight set ``layer``: ``(H, D, D)``."""
+        if self.variant == "diag":
+            return self._diag_blocks(torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=self.omega.dtype))
         if self.variant == "factored":
             kq = self.w_k[layer].mT @ self.w_q[layer]
         else:
@@ -154,11 +169,45 @@ class TrainableLSA(LayoutModel):
 
     def value_projection(self, layer: int = 0) -> torch.Tensor:
         """``PV_h = P W_V`` of every head of weight set ``layer``: ``(H, D, D)``."""
+        if self.variant == "diag":  # head 1: (ω_xx, ω_yx), head 2: (ω_xy, ω_yy)
+            return self._diag_blocks(self.omega[layer].view(2, 2).T)
         if self.variant == "factored":
             pv = self.proj[layer] @ self.w_v[layer]
         else:
             pv = self.pv[layer]
         return pv * self.pv_mask
+
+    def moments_predict(
+        self, x_ctx: torch.Tensor, y_ctx: torch.Tensor, x_query: torch.Tensor
+    ) -> torch.Tensor:
+        """The ``"diag"`` variant's :meth:`forward_predict` computed from the context moments
+        ``S_xx = (1/N) Σ x_i x_iᵀ``, ``S_xy = (1/N) Σ x_i y_iᵀ``, ``S_yy = (1/N) Σ y_i y_iᵀ`` of
+        every layer: ``x ← x + ω_xx x S_xx + ω_xy y S_xyᵀ``, ``y ← y + ω_yx x S_xy +
+        ω_yy y S_yy`` (module docstring) — the same numbers up to rounding, without the two
+        heads' ``(T, N)`` score matrices (a training loop's fast path; no hook fires in it).
+        Only for ``variant="diag"`` with the residual stream and no LayerNorm or ``W0``."""
+        if self.variant != "diag" or self.layernorm or not self.residual or self.w0 is not None:
+            raise ValueError(
+                "variant: moments_predict is the diag variant's (residual, no LayerNorm, no W0)"
+            )
+        n = x_ctx.shape[1]
+        x = torch.cat([x_ctx, x_query], dim=1)
+        y = torch.cat([y_ctx, y_ctx.new_zeros(*x_query.shape[:-1], self.dy)], dim=1)
+        for i in range(self.n_layers):
+            w = self.omega[0 if self.recurrent else i].to(x.dtype)
+            xc, yc = x[:, :n], y[:, :n]
+            s_xx, s_xy, s_yy = xc.mT @ xc / n, xc.mT @ yc / n, yc.mT @ yc / n
+            x, y = (
+                x + w[0] * (x @ s_xx) + w[1] * (y @ s_xy.mT),
+                y + w[2] * (x @ s_xy) + w[3] * (y @ s_yy),
+            )
+        return -y[:, n:]
+
+    def _diag_blocks(self, blocks: torch.Tensor) -> torch.Tensor:
+        """``(2, D, D)``: head ``h`` is ``diag(blocks[h, 0] I_d, blocks[h, 1] I_dy)``."""
+        d, dy = self.d, self.dy
+        scale = torch.cat([blocks[:, :1].expand(2, d), blocks[:, 1:].expand(2, dy)], dim=1)
+        return torch.diag_embed(scale)
 
     def step_matrix(self) -> torch.Tensor:
         """``Γ`` (``(d, d)``) of a one-layer model with ``W0 = 0``: the part of the prediction

@@ -404,6 +404,9 @@ def vladymyrov_claim(rows: list[dict[str, Any]]) -> Claim | None:
     depths = sorted({r["layers"] for r in match})
     smax = sorted({r["sigma_max"] for r in match})
     seeds, d, n, steps = (match[0][k] for k in ("seeds", "d", "n_ctx", "steps"))
+    model = "DIAG (the paper's diagonal attention, ω per layer)"
+    if match[0].get("variant", "full") != "diag":
+        model = "full key-query and value products"
     conv = all(r["converged"] for r in match)
     beats = all(r["beats_const"] for r in match)
     met = (
@@ -429,8 +432,9 @@ def vladymyrov_claim(rows: list[dict[str, Any]]) -> Claim | None:
         ),
         regime=Regime(
             VLADYMYROV_REGIME,
-            f"{depths} layers, D = {d}, N = {n}, σ_max ∈ {smax}, {seeds} seed(s), {steps} "
-            f"Adam steps, {'converged' if conv else 'not all converged'}, "
+            f"linear-attention stacks of {depths} layers, {model}, in "
+            f"{match[0].get('dtype', 'float32')}, D = {d}, N = {n}, σ_max ∈ {smax}, {seeds} "
+            f"seed(s), {steps} Adam steps, {'converged' if conv else 'not all converged'}, "
             f"{'below' if beats else 'not all below'} ConstRR",
             met,
             ""

@@ -27,8 +27,11 @@ Whether a trained run converged is measured on its loss (:func:`converged`).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
+import multiprocessing
 import warnings
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 import torch
@@ -128,18 +131,29 @@ def _train(
     ``cfg.noise_layernorm``); returns it and :func:`converged` of its losses."""
     norm = cfg.noise_layernorm if layernorm is None else layernorm
     model = TrainableLSA(d, 1, layers, heads, init_scale=cfg.init_scale, seed=seed, layernorm=norm)
+    return _fit(model, model.forward_predict, draw, cfg.noise_steps, cfg.lr, seed, progress, name)
+
+
+def _fit(
+    model: TrainableLSA,
+    forward: Any,
+    draw: Any,
+    steps: int,
+    lr: float,
+    seed: int,
+    progress: Progress,
+    name: str,
+) -> tuple[TrainableLSA, dict[str, Any]]:
+    """``model`` trained ``steps`` Adam steps at rate ``lr`` (cosine schedule, gradients clipped
+    at norm 10) on the query loss of ``forward`` over the tasks ``draw(step)``; returns it and
+    :func:`converged` of its losses."""
 
     def loss_fn(step: int) -> torch.Tensor:
         t = draw(step)
-        return query_loss(model.forward_predict(t.x_ctx, t.y_ctx, t.x_query), t.y_query)
+        return query_loss(forward(t.x_ctx, t.y_ctx, t.x_query), t.y_query)
 
     config = TrainConfig(
-        steps=cfg.noise_steps,
-        lr=cfg.lr,
-        schedule="cosine",
-        clip=10.0,
-        seed=seed,
-        eval_every=cfg.noise_steps,
+        steps=steps, lr=lr, schedule="cosine", clip=10.0, seed=seed, eval_every=steps
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -430,6 +444,7 @@ def mixed_rows(cfg: DepthConfig, progress: Progress, bins: int = 4) -> list[dict
     ConstRR (the weakest ridge baseline)."""
     d, tau, n = cfg.noise_d, cfg.tau, cfg.mixed_n_ctx
     base = TaskSampler(d=d, n_ctx=n, inputs="gaussian", teacher_scale=tau)
+    stacks = mixed_stacks(cfg, progress)
     rows: list[dict[str, Any]] = []
     for a, smax in enumerate(cfg.sigma_maxes):
         fit, _ = mixed_tasks(
@@ -449,15 +464,7 @@ def mixed_rows(cfg: DepthConfig, progress: Progress, bins: int = 4) -> list[dict
         for b, layers in enumerate(cfg.mixed_layers):
             runs, convs = [], []
             for s in range(cfg.mixed_seeds):
-                gen = generator(cfg.seed + 11 + 1000 * s + 100 * b + 10 * a)
-
-                def draw(step: int, gen: torch.Generator = gen, smax: float = smax) -> Tasks:
-                    return mixed_tasks(base, cfg.batch, gen, smax, torch.float32)[0]
-
-                seed = cfg.seed * 1000 + 950 + 7 * s + 3 * b + 31 * a
-                name = f"mixed-noise stack, σ_max = {smax:g}, {layers} layers, seed {s}"
-                # Vladymyrov et al.'s linear transformers have no LayerNorm
-                model, conv = _train(draw, d, cfg, seed, progress, name, layers, layernorm=False)
+                model, conv = stacks[(a, b, s)]
                 runs.append(per_task(_safe_predict(model, tasks), tasks, d))
                 convs.append(conv)
             trained = torch.stack(runs).mean(0)
@@ -488,7 +495,8 @@ def mixed_rows(cfg: DepthConfig, progress: Progress, bins: int = 4) -> list[dict
             se = math.sqrt(se2)
             rows.append(
                 {"kind": "mixed_match", "sigma_max": smax, "layers": layers, "d": d, "n_ctx": n}
-                | {"seeds": cfg.mixed_seeds, "steps": cfg.noise_steps}
+                | {"seeds": cfg.mixed_seeds, "steps": cfg.mixed_steps}
+                | {"variant": cfg.mixed_variant, "dtype": cfg.mixed_dtype}
                 | {f"adjusted_{k}": float((e - oracle).mean()) for k, e in errs.items()}
                 | {"diff": float(diff.mean()), "diff_se": se}
                 | {"z": in_standard_errors(float(diff.mean()), se)}
@@ -496,3 +504,86 @@ def mixed_rows(cfg: DepthConfig, progress: Progress, bins: int = 4) -> list[dict
                 | {"beats_const": float(trained.mean()) < float(refs["const_rr"].mean())}
             )
     return rows
+
+
+Stack = tuple[TrainableLSA, dict[str, Any]]
+"""A trained stack and :func:`converged` of its losses."""
+
+
+def mixed_stacks(cfg: DepthConfig, progress: Progress) -> dict[tuple[int, int, int], Stack]:
+    """Every mixed-noise stack, by (σ_max index, depth index, seed index): trained in this
+    process, or with ``cfg.mixed_workers > 1`` in that many spawned processes (each stack's
+    data and initialisation are seeded by its indices alone, so the numbers are the same)."""
+    jobs = [
+        (a, b, s)
+        for a in range(len(cfg.sigma_maxes))
+        for b in range(len(cfg.mixed_layers))
+        for s in range(cfg.mixed_seeds)
+    ]
+    if cfg.mixed_workers == 1:
+        return {job: mixed_stack(cfg, *job, progress) for job in jobs}
+    fields = dataclasses.asdict(cfg)
+    out: dict[tuple[int, int, int], Stack] = {}
+    context = multiprocessing.get_context("spawn")
+    with (
+        ProcessPoolExecutor(cfg.mixed_workers, mp_context=context) as pool,
+        progress.stage("mixed-noise stacks", total=len(jobs)) as stage,
+    ):
+        futures = {pool.submit(_stack_in_worker, fields, *job): job for job in jobs}
+        for future in as_completed(futures):
+            state, conv = future.result()
+            model = _mixed_model(cfg, *futures[future])
+            model.load_state_dict(state)
+            out[futures[future]] = (model, conv)
+            stage.advance()
+    return out
+
+
+def _mixed_model(cfg: DepthConfig, a: int, b: int, s: int) -> TrainableLSA:
+    """The untrained stack of job ``(a, b, s)`` (its architecture and seeded initialisation)."""
+    variant = cfg.mixed_variant
+    return TrainableLSA(
+        cfg.noise_d,
+        1,
+        cfg.mixed_layers[b],
+        2 if variant == "diag" else 1,
+        variant=variant,
+        init_scale=cfg.mixed_init_scale,
+        seed=_mixed_seed(cfg, a, b, s),
+        dtype=getattr(torch, cfg.mixed_dtype),
+    )
+
+
+def _mixed_seed(cfg: DepthConfig, a: int, b: int, s: int) -> int:
+    return cfg.seed * 1000 + 950 + 7 * s + 3 * b + 31 * a
+
+
+def mixed_stack(cfg: DepthConfig, a: int, b: int, s: int, progress: Progress) -> Stack:
+    """Stack ``(a, b, s)``: ``mixed_layers[b]`` layers trained on mixed noise up to
+    ``sigma_maxes[a]`` (Vladymyrov et al.'s linear transformers have no LayerNorm), seed ``s``."""
+    smax, layers = cfg.sigma_maxes[a], cfg.mixed_layers[b]
+    base = TaskSampler(
+        d=cfg.noise_d, n_ctx=cfg.mixed_n_ctx, inputs="gaussian", teacher_scale=cfg.tau
+    )
+    gen = generator(cfg.seed + 11 + 1000 * s + 100 * b + 10 * a)
+    dtype = getattr(torch, cfg.mixed_dtype)
+
+    def draw(step: int) -> Tasks:
+        return mixed_tasks(base, cfg.mixed_batch, gen, smax, dtype)[0]
+
+    name = f"mixed-noise stack, σ_max = {smax:g}, {layers} layers, seed {s}"
+    model = _mixed_model(cfg, a, b, s)
+    # the diag stacks train through their moments (the same numbers, no score matrices)
+    forward = model.moments_predict if cfg.mixed_variant == "diag" else model.forward_predict
+    seed = _mixed_seed(cfg, a, b, s)
+    return _fit(model, forward, draw, cfg.mixed_steps, cfg.mixed_lr, seed, progress, name)
+
+
+def _stack_in_worker(
+    fields: dict[str, Any], a: int, b: int, s: int
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """:func:`mixed_stack` in a worker process: its weights and convergence."""
+    cfg = DepthConfig(**fields)
+    torch.set_num_threads(cfg.threads)
+    model, conv = mixed_stack(cfg, a, b, s, Progress.quiet())
+    return model.state_dict(), conv
