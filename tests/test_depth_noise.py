@@ -267,6 +267,8 @@ def test_the_diag_stacks_train_the_same_in_worker_processes(tiny_cfg):
     assert here == spread
     match = [r for r in here if r["kind"] == "mixed_match"]
     assert {(r["variant"], r["dtype"]) for r in match} == {("diag", "float64")}
+    with pytest.raises(ValueError, match=r"mixed_workers: .* more than the"):
+        dataclasses.replace(cfg, mixed_workers=10**5)
 
 
 def diag_loop(omega, xc, yc, xq):

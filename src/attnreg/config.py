@@ -109,7 +109,7 @@ def config_from_dict(cls: type[T], data: dict[str, Any]) -> T:
 def check_fields(config: Any) -> None:
     """Check every field of the dataclass instance ``config`` against its annotation (the
     rules of :func:`config_from_dict`; every float finite, in lists and mappings too), and a
-    ``threads`` or ``workers`` field against the cores this process may use
+    ``threads`` or ``…workers`` field against the cores this process may use
     (:func:`attnreg.core.threads.check_count`): a ``ValueError`` naming the key. The first
     check of every study config's ``__post_init__``."""
     hints = typing.get_type_hints(type(config))
@@ -117,10 +117,11 @@ def check_fields(config: Any) -> None:
         _check_type(f.name, getattr(config, f.name), hints[f.name])
         value = getattr(config, f.name)
         # a study's torch threads and worker processes: at most the usable cores (0: automatic)
-        if f.name in ("threads", "workers") and not (f.name == "workers" and value == 0):
+        workers = f.name.endswith("workers")
+        if (f.name == "threads" or workers) and not (f.name == "workers" and value == 0):
             from attnreg.core.threads import check_count
 
-            check_count(f.name, value, "threads" if f.name == "threads" else "worker processes")
+            check_count(f.name, value, "worker processes" if workers else "threads")
 
 
 def check_device(name: str, device: str) -> str:

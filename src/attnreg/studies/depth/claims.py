@@ -53,7 +53,8 @@ AKYUREK_REGIME = (
     "(Section 4's figures); the claim is the large-depth, large-width end"
 )
 VLADYMYROV_REGIME = (
-    "linear transformers of 3 to 7 layers, D = 10, N = 20, σ ~ U(0, σ_max) per task with "
+    "linear transformers (full or diagonal attention weights, FULL and DIAG) of 3 to 7 "
+    "layers, D = 10, N = 20, σ ~ U(0, σ_max) per task with "
     "σ_max ∈ {1, 3, 5}, several seeds; metric: adjusted loss (loss − the oracle's) against "
     "ConstRR, AdaRR and TunedRR"
 )

@@ -222,7 +222,8 @@ def full_config(**changes: Any) -> DepthConfig:
     tasks, ``d = 20``, k to 2d), Akyürek et al.'s grid of depths and widths, and Vladymyrov et
     al.'s (stacks of 3, 5 and 7 layers, ``D = 10``, ``N = 20``, σ_max ∈ {1, 3, 5}, 3 seeds: the
     paper's diagonal attention (DIAG, its four scalars ω per layer) in float64, 20000 Adam
-    steps of 256 tasks at rate 5e-4 from ω = 0, in two worker processes: about 50 minutes).
+    steps of 256 tasks at rate 5e-4 from ω = 0, in two worker processes where there are two
+    cores: about 50 minutes on two).
     One part alone: ``--set parts='["mixed"]'``.
 
     The mixed-noise recipe, measured on 2026-11-29 (σ_max = 3 and 5, 7 layers, one seed each):
@@ -231,6 +232,8 @@ def full_config(**changes: Any) -> DepthConfig:
     ``ω_yy`` term cubic in ``y`` and overflows float32, which ends a run — while float64
     DIAG stacks train through: adjusted loss 0.0061 against TunedRR's 0.0063 (σ_max = 3, rate
     1e-3) and 0.0131 against 0.0134 (σ_max = 5, rate 5e-4) after 20000 steps of 256 tasks."""
+    from attnreg.core.threads import usable_cores  # here: the config module stays torch-free
+
     base: dict[str, Any] = {
         "atlas_n_ctx": [4, 8, 16, 64],
         "cap": 5000,
@@ -265,7 +268,7 @@ def full_config(**changes: Any) -> DepthConfig:
         "mixed_batch": 256,
         "mixed_lr": 5e-4,
         "mixed_init_scale": 0.0,
-        "mixed_workers": 2,
+        "mixed_workers": min(2, usable_cores()),
         "noise_steps": 4000,
         "curve_tasks": 20000,
     }
