@@ -326,3 +326,28 @@ def test_gradients_match_finite_differences(length):
         checks = [checks[i] for i in (0, 2, 4, 5, 6)]  # diagonal Longhorn, Mesa (both forms)
     for fn, args in checks:
         assert torch.autograd.gradcheck(fn, args, fast_mode=length > 5)
+
+
+@pytest.mark.parametrize("mode", ["fused", "chunk"])
+def test_a_state_hook_refuses_a_form_that_holds_no_states(mode):
+    """A module built for the fused or chunked form cannot show per-token states: a state hook
+    is refused naming ``mode`` (before, the mode was silently dropped for the token loop);
+    with ``mode="recurrent"`` or ``"auto"`` the hook reads the states."""
+    q, k, v, beta, _ = data(7)
+    seen = []
+    for module, args in (
+        (LinearAttentionLayer(mode=mode), ()),
+        (DeltaRuleLayer(mode=mode), (beta,)),
+        (LonghornLayer(mode=mode), (beta,)),
+    ):
+        with pytest.raises(ValueError, match=f"mode: '{mode}' never holds"):
+            module.run_with_hooks(q, k, v, *args, hooks=[("hook_state", lambda t, n: None)])
+    if mode == "chunk":
+        with pytest.raises(ValueError, match="mode: 'chunk' never holds"):
+            MesaNetLayer(mode="chunk").run_with_hooks(
+                q, k, v, beta, hooks=[("hook_kk", lambda t, n: None)]
+            )
+    for ok in ("auto", "recurrent"):
+        hook = [("hook_state", lambda t, n: seen.append(t.shape))]
+        DeltaRuleLayer(mode=ok).run_with_hooks(q, k, v, beta, hooks=hook)
+    assert seen == [(B, H, T, D, DV)] * 2

@@ -6,7 +6,9 @@ Hook points (TransformerLens style): ``hook_q``, ``hook_k``, ``hook_v`` (the inp
 query scale), the layer's state, and ``hook_output``. A hook on a state makes the module take the
 explicit path: the token-by-token recurrence keeps every state (``(B, H, T, d_k, d_v)``: memory
 ``T · d_k · d_v`` per head), the hook reads or replaces them, and the read-out is computed from
-what the hook returns. ``run_with_cache(q, k, v, …)`` and ``run_with_hooks`` call ``forward``.
+what the hook returns (:func:`state_path`; a module built with ``mode="fused"`` or ``"chunk"``
+refuses a state hook rather than ignore its mode). ``run_with_cache(q, k, v, …)`` and
+``run_with_hooks`` call ``forward``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,19 @@ from attnreg.sequence.recurrent import (
     ridge_readout,
     state_readout,
 )
+
+
+def state_path(mode: str, hooked: bool) -> bool:
+    """Whether a module takes its explicit state path: ``True`` when a hook is registered on a
+    state (the token-by-token recurrence keeps every state for it), ``False`` for the layer
+    function in ``mode``. A state hook with ``mode`` ``"fused"`` or ``"chunk"`` is a
+    ``ValueError`` naming ``mode``: those forms never hold the per-token states a hook reads."""
+    if hooked and mode in ("fused", "chunk"):
+        raise ValueError(
+            f"mode: {mode!r} never holds the per-token states a state hook reads; a hooked "
+            "module runs the token-by-token recurrence (mode 'auto' or 'recurrent')"
+        )
+    return hooked
 
 
 class SequenceLayer(Hooked):
@@ -92,7 +107,7 @@ class LinearAttentionLayer(SequenceLayer):
     ) -> torch.Tensor:
         """``(B, H, T, d_k), (B, H, T, d_k), (B, H, T, d_v) -> (B, H, T, d_v)``."""
         qt, kt, vt = self.inputs(q, k, v)
-        if not (self.hook_state.active or self.hook_normalizer.active):
+        if not state_path(self.mode, self.hook_state.active or self.hook_normalizer.active):
             out = layers.linear_attention(
                 qt, kt, vt, decay=decay, normalize=self.normalize, scale=self.scale, mode=self.mode
             )
@@ -131,7 +146,7 @@ class DeltaRuleLayer(SequenceLayer):
     ) -> torch.Tensor:
         """``(B, H, T, d_k), (B, H, T, d_k), (B, H, T, d_v), β -> (B, H, T, d_v)``."""
         qt, kt, vt = self.inputs(q, k, v)
-        if not self.hook_state.active:
+        if not state_path(self.mode, self.hook_state.active):
             out = layers.delta_rule(qt, kt, vt, beta, decay=decay, scale=self.scale, mode=self.mode)
             return self.hook_output(out)
         b = per_token("beta", beta, kt, low=0.0)
@@ -157,7 +172,7 @@ class LonghornLayer(SequenceLayer):
     ) -> torch.Tensor:
         """``(B, H, T, d_k), (B, H, T, d_k), (B, H, T, d_v), β -> (B, H, T, d_v)``."""
         qt, kt, vt = self.inputs(q, k, v)
-        if not self.hook_state.active:
+        if not state_path(self.mode, self.hook_state.active):
             out = layers.longhorn(
                 qt, kt, vt, beta, scale=self.scale, diagonal=self.diagonal, mode=self.mode
             )
@@ -196,7 +211,7 @@ class MesaNetLayer(SequenceLayer):
     ) -> torch.Tensor:
         """``(B, H, T, d_k), (B, H, T, d_k), (B, H, T, d_v), β -> (B, H, T, d_v)``."""
         qt, kt, vt = self.inputs(q, k, v)
-        if not (self.hook_kk.active or self.hook_kv.active):
+        if not state_path(self.mode, self.hook_kk.active or self.hook_kv.active):
             out = layers.mesa(
                 qt, kt, vt, beta, decay=decay, lam=self.lam, scale=self.scale, mode=self.mode
             )
