@@ -26,10 +26,10 @@ from attnreg.bench import studies as bench_studies
 from attnreg.bench.common import loglog_slope, time_interleaved
 from attnreg.bench.limits import Limit, judge, target_text
 from attnreg.bench.p7_kernel_smoother import p7_beta, p7_data, p7_reference, p7_smoother
+from attnreg.bench.sequence_workload import attnreg_call, fla_calls, fla_output, workload_inputs
 from attnreg.bench.sizes import SMOKE
 from attnreg.cli import app
 from attnreg.data.tasks import TaskSampler
-from attnreg.sequence.workload import attnreg_call, fla_calls, fla_output, workload_inputs
 from attnreg.training import generator
 
 KEYS = {"id", "workload", "value", "unit", "target", "passed", "reference", "details"}

@@ -248,7 +248,7 @@ def test_mesa_net_exact(gated, mode):
 
 
 class FakeClock:
-    """``perf_counter`` for :func:`attnreg.sequence.workload.bench_sequence` with 3 calls per
+    """``perf_counter`` for :func:`attnreg.bench.sequence_workload.bench_sequence` with 3 calls per
     layer and 3 rounds: timed call ``m`` (start and end: two clock reads) takes
     ``10 (n + 1) + (5, 1, 3)[r]`` seconds, ``n`` its call's place in the round, ``r`` the round."""
 
@@ -263,9 +263,9 @@ class FakeClock:
 
 
 def test_timing_workload_runs_every_layer_and_its_references(monkeypatch):
-    """``attnreg.sequence.workload.bench_sequence`` (the P8 workload) at a small length: every
-    layer is timed with fla's forms beside it, and its call gives the layer's numbers."""
-    from attnreg.sequence import workload
+    """``attnreg.bench.sequence_workload.bench_sequence`` (the P8 workload) at a small length:
+    every layer is timed with fla's forms beside it, and its call gives the layer's numbers."""
+    from attnreg.bench import sequence_workload as workload
 
     clock = FakeClock()  # the timed rounds take the durations it hands out
     monkeypatch.setattr(workload, "time", SimpleNamespace(perf_counter=clock))

@@ -78,6 +78,7 @@ import numpy as np
 import torch
 from matplotlib.ticker import NullLocator
 
+from attnreg.bench.sequence_workload import attnreg_call, fla_calls, workload_inputs
 from attnreg.sequence import (
     delta_rule,
     linear_attention,
@@ -86,7 +87,6 @@ from attnreg.sequence import (
     mesa,
     softmax_attention,
 )
-from attnreg.sequence.workload import attnreg_call, fla_calls, workload_inputs
 
 # Small tensors: one thread is fastest, and it keeps the page quick on a busy machine.
 torch.set_num_threads(1)
@@ -341,8 +341,9 @@ for name, (call, bound) in forms.items():
 # flash-linear-attention (`fla-core`, a test dependency of attnreg) ships a pure-PyTorch
 # `naive.py` reference beside each of its Triton kernels. They are loaded here from the
 # installed distribution's files, without importing the `fla` package (its `__init__` needs
-# Triton), by `attnreg.sequence.workload.fla_calls`, which also maps the conventions (fla scales
-# the queries by `d_k^{-1/2}`, takes gates as log-decays and mostly the layout `(B, T, H, d)`).
+# Triton), by `attnreg.bench.sequence_workload.fla_calls`, which also maps the conventions (fla
+# scales the queries by `d_k^{-1/2}`, takes gates as log-decays and mostly the layout
+# `(B, T, H, d)`).
 # fla's references compute in float32 (they cast their inputs), so the comparison is in
 # float32: attnreg's chunked output and fla's recurrent and chunked references are each
 # compared with the float64 NumPy estimator of this page, within the float32 rounding bound

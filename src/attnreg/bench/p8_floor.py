@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import torch
 
+from attnreg.bench.sequence_workload import Inputs
 from attnreg.sequence.chunked import block_major, ut_inverse
-from attnreg.sequence.workload import Inputs
 
 FLOOR_CHUNKS = (32, 64)
 SEGMENT = 512
@@ -31,9 +31,9 @@ SEGMENT = 512
 
 def wy_products(x: Inputs, chunk: int, segment: int = SEGMENT) -> Callable[[], torch.Tensor]:
     """The timed call: the chunked WY products of DeltaNet on the workload ``x`` (queries scaled
-    by ``d_k^{-1/2}``, as :func:`attnreg.sequence.workload.attnreg_call` scales them), returning
-    the block-major outputs ``(N, B·H, C, d_v)`` (:func:`unblock_output` gives ``(B, H, T,
-    d_v)``). ``T`` must be a multiple of ``chunk``."""
+    by ``d_k^{-1/2}``, as :func:`attnreg.bench.sequence_workload.attnreg_call` scales them),
+    returning the block-major outputs ``(N, B·H, C, d_v)`` (:func:`unblock_output` gives
+    ``(B, H, T, d_v)``). ``T`` must be a multiple of ``chunk``."""
     q, k, v = x["q"] * x["q"].shape[-1] ** -0.5, x["k"], x["v"]
     if q.shape[2] % chunk:
         raise ValueError(f"chunk: the length {q.shape[2]} is not a multiple of {chunk}")

@@ -2,7 +2,7 @@
 default form (``mode="auto"``: the fused token recurrence on the CPU, Mesa's chunked form;
 the delta rules' chunked form timed beside it, ``attnreg_chunk``) against
 flash-linear-attention's pure-PyTorch references (``fla-core``, its
-``fla/ops/<layer>/naive.py``; :mod:`attnreg.sequence.workload`): the token-by-token recurrence
+``fla/ops/<layer>/naive.py``; :mod:`attnreg.bench.sequence_workload`): the token-by-token recurrence
 (for Mesa the exact reference ``naive_mesa_net_exact``, a token loop and one batched solve) and
 the chunked form (for Mesa 30 steps of conjugate gradient), on the same inputs, in alternation;
 DeltaNet's and Gated DeltaNet's rates on their useful flops against the fp32 matmul rate
@@ -52,8 +52,7 @@ from attnreg.bench.common import (
 )
 from attnreg.bench.limits import Limit, judge, target_text
 from attnreg.bench.p8_floor import FLOOR_CHUNKS, wy_products
-from attnreg.bench.sizes import Sizes
-from attnreg.sequence.workload import (
+from attnreg.bench.sequence_workload import (
     Inputs,
     attnreg_call,
     fla_calls,
@@ -61,6 +60,7 @@ from attnreg.sequence.workload import (
     fla_output,
     workload_inputs,
 )
+from attnreg.bench.sizes import Sizes
 
 MIB = 2**20
 P8_LAYERS = ("linear_attention", "delta_rule", "gated_delta_rule", "mesa")

@@ -46,7 +46,6 @@ from attnreg.sequence.inputs import (
     choose_mode,
     per_token,
 )
-from attnreg.sequence.kernel import local_linear, softmax_fused
 from attnreg.sequence.mesa_blocked import mesa_chunked
 from attnreg.sequence.recurrent import (
     delta_recurrent,
@@ -54,6 +53,7 @@ from attnreg.sequence.recurrent import (
     linear_recurrent,
     mesa_recurrent,
 )
+from attnreg.sequence.smoothers import local_linear, softmax_fused
 
 
 def decay_of(

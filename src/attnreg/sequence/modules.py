@@ -30,7 +30,6 @@ from attnreg.sequence.inputs import (
     check_scale,
     per_token,
 )
-from attnreg.sequence.kernel import causal_weights, local_linear
 from attnreg.sequence.recurrent import (
     delta_recurrent,
     diagonal_longhorn_recurrent,
@@ -39,6 +38,7 @@ from attnreg.sequence.recurrent import (
     ridge_readout,
     state_readout,
 )
+from attnreg.sequence.smoothers import causal_weights, local_linear
 
 
 def state_path(mode: str, hooked: bool) -> bool:
