@@ -12,6 +12,8 @@ keys and queries times ``s`` with ``β / s²`` (delta rule, Longhorn) or ``λ s�
 linear) give the same outputs as the unscaled problem, whose reference is well conditioned.
 """
 
+import importlib
+
 import numpy as np
 import pytest
 import sequence_refs as ref
@@ -23,9 +25,11 @@ from attnreg.sequence import (
     local_linear_attention,
     longhorn,
     mesa,
-    mesa_blocked,
     softmax_attention,
 )
+
+mesa_module = importlib.import_module("attnreg.sequence.mesa")  # the module (mesa is the layer)
+tiling = importlib.import_module("attnreg.sequence.tiling")
 
 B, H, T, D, DV = 1, 2, 80, 6, 3  # T > 64: two or more blocks of the chunked forms
 KINDS = ("random", "correlated", "rank_deficient")
@@ -325,14 +329,14 @@ def test_mesa_at_extreme_scale(s, decay, mode):
     assert np.all(per_position_norm(out - want) <= mesa_bound(parts, alpha))
 
 
-@pytest.mark.parametrize("limit", [0.0, mesa_blocked.MAX_GROWTH, np.inf])
+@pytest.mark.parametrize("limit", [0.0, mesa_module.MAX_GROWTH, np.inf])
 @pytest.mark.parametrize("kind", KINDS)
 def test_mesa_blocked_form_is_ridge_per_prefix(kind, limit, monkeypatch):
     """Without decay, in ten blocks of 8 tokens (t < d in the first): the blocked Woodbury form
     in every block (growth limit ∞), the per-position solve in every block (limit 0) and the
     default mix are the numpy ridge fit per prefix, with ``β = 0`` tokens (a whole block of
     them, and every fifth token)."""
-    monkeypatch.setattr(mesa_blocked, "MAX_GROWTH", limit)
+    monkeypatch.setattr(mesa_module, "MAX_GROWTH", limit)
     q, k, v = draw(kind, 17)
     rng = np.random.default_rng(17)
     beta = rng.uniform(0.1, 1.0, (B, H, T))
@@ -340,7 +344,7 @@ def test_mesa_blocked_form_is_ridge_per_prefix(kind, limit, monkeypatch):
     beta[..., ::5] = 0.0
     lam = rng.uniform(0.05, 1.0, (H, D))
     args = (torch.from_numpy(np.ascontiguousarray(a)) for a in (q, k, v, beta))
-    out = mesa_blocked.mesa_chunked(*args, None, torch.from_numpy(lam), chunk=8).numpy()
+    out = mesa_module.mesa_chunked(*args, None, torch.from_numpy(lam), chunk=8).numpy()
     lams = np.broadcast_to(lam, (B, H, D))
     want, parts = ref.heads(ref.decayed_ridge, q, k, v, beta, full(None), lams)
     assert np.all(per_position_norm(out - want) <= mesa_bound(parts, None))
@@ -369,7 +373,7 @@ def test_mesa_with_unit_decay_is_the_blocked_form(monkeypatch):
     def per_position(*args, **kwargs):
         raise AssertionError("decay all 1 solved per position")
 
-    monkeypatch.setattr(mesa_blocked, "mesa_per_position", per_position)
+    monkeypatch.setattr(mesa_module, "mesa_per_position", per_position)
     ones = mesa(q, k, v, beta, decay=np.ones((B, H, T)), lam=0.4, mode="chunk").numpy()
     want = ref.heads(lambda qq, kk, vv, bb: ridge_per_token(qq, kk, vv, bb, 0.4), q, k, v, beta)
     _, parts = ref.heads(
@@ -381,13 +385,13 @@ def test_mesa_with_unit_decay_is_the_blocked_form(monkeypatch):
 
 @pytest.mark.parametrize("size", [1, 5, 8, 9, 17, 64, 70])
 def test_lower_inverse_is_the_triangular_inverse(size):
-    """``mesa_blocked.lower_inverse`` (halves, row substitution below 8 rows) against numpy's
+    """``tiling.lower_inverse`` (halves, row substitution below 8 rows) against numpy's
     inverse: lower triangular, residual ``|X L − I| ≤ 2 n u |X| |L|`` (the bound of triangular
     inversion, Higham 2002 §8.3), and within ``2 n u κ`` of ``numpy.linalg.inv``."""
     rng = np.random.default_rng(size)
     low = np.tril(rng.standard_normal((3, size, size))) / np.sqrt(size)
     low[..., np.arange(size), np.arange(size)] = rng.uniform(0.5, 2.0, (3, size))
-    x = mesa_blocked.lower_inverse(torch.from_numpy(low)).numpy()
+    x = tiling.lower_inverse(torch.from_numpy(low)).numpy()
     assert np.all(np.triu(x, 1) == 0)
     eye = np.eye(size)
     assert np.all(np.abs(x @ low - eye) <= 2 * size * ref.U64 * (np.abs(x) @ np.abs(low)))
@@ -552,7 +556,7 @@ def test_the_ut_transform_solve_is_a_triangular_solve(kind, c):
     followed by a product meets it here)."""
     from scipy.linalg import solve_triangular
 
-    from attnreg.sequence.chunked import lower_inverse
+    from attnreg.sequence.tiling import lower_inverse
 
     _, k, v = draw(kind, 31, t=c, d=D)
     beta = np.random.default_rng(31).uniform(0.0, 1.5, c)

@@ -1,7 +1,7 @@
 """P8's floor for DeltaNet: the matrix products of the chunked WY (UT-transform) form alone.
 
 The chunked delta rule (Yang et al. 2024, "Parallelizing linear transformers with the delta rule
-over sequence length"; :func:`attnreg.sequence.chunked.delta_chunked`) does, per block of ``C``
+over sequence length"; :func:`attnreg.sequence.delta_rule.delta_chunked`) does, per block of ``C``
 tokens and head, the products ``G = K Kᵀ`` (for ``A = tril(diag(β) G, −1)``), ``P = Q Kᵀ``,
 ``W = Tβ K`` and ``Ũ = Tβ V`` with ``Tβ = (I + A)⁻¹ diag(β)``; then, in order over the blocks,
 ``U = Ũ − W S`` and ``S ← S + Kᵀ U``; and the outputs ``O = Q S + tril(P) U``.
@@ -23,7 +23,8 @@ from collections.abc import Callable
 import torch
 
 from attnreg.bench.sequence_workload import Inputs
-from attnreg.sequence.chunked import block_major, ut_inverse
+from attnreg.sequence.delta_rule import ut_inverse
+from attnreg.sequence.tiling import block_major
 
 FLOOR_CHUNKS = (32, 64)
 SEGMENT = 512

@@ -22,7 +22,7 @@ batched products reaches on the machine measured.
 et al. 2023; fla's MesaNet references with the log-gate 0), computed blocked. MesaNet's
 per-token decay (``gated_mesa``) is timed and reported beside the target's layers, with its
 ``note``, but not judged: its ridge is not decayed, so no factorisation is shared between
-positions and it solves one system per position (:mod:`attnreg.sequence.mesa_blocked`).
+positions and it solves one system per position (:mod:`attnreg.sequence.mesa`).
 
 **DeltaNet's useful flops.** The recurrence does, per token and head, three products with the
 ``d_k × d_v`` state: the prediction ``Sᵀ k_t`` (``d_k d_v`` multiply-adds), the write

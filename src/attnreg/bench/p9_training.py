@@ -20,7 +20,7 @@ from attnreg.bench.common import BenchResult, median, time_interleaved, time_onc
 from attnreg.bench.limits import Limit, judged
 from attnreg.bench.sequence_workload import fla_naive, workload_inputs
 from attnreg.bench.sizes import Sizes
-from attnreg.sequence.layers import delta_rule
+from attnreg.sequence import delta_rule
 
 LIMITS = (
     Limit(

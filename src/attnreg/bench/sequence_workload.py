@@ -21,7 +21,7 @@ from types import ModuleType
 import torch
 
 from attnreg.core.validation import check_positive_int
-from attnreg.sequence.layers import delta_rule, linear_attention, mesa
+from attnreg.sequence import delta_rule, linear_attention, mesa
 
 Inputs = dict[str, torch.Tensor]
 LAYERS = (

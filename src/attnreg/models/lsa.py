@@ -55,6 +55,7 @@ import torch
 from torch import nn
 
 from attnreg.core.validation import check_choice, check_flag, check_nonnegative, check_seed
+from attnreg.models.diag_moments import moments_predict
 from attnreg.models.token import LayoutModel, TokenModel, init_parameter
 
 __all__ = ["VARIANTS", "LayoutModel", "TokenModel", "TrainableLSA", "gd_products"]
@@ -180,28 +181,17 @@ class TrainableLSA(LayoutModel):
     def moments_predict(
         self, x_ctx: torch.Tensor, y_ctx: torch.Tensor, x_query: torch.Tensor
     ) -> torch.Tensor:
-        """The ``"diag"`` variant's :meth:`forward_predict` computed from the context moments
-        ``S_xx = (1/N) Σ x_i x_iᵀ``, ``S_xy = (1/N) Σ x_i y_iᵀ``, ``S_yy = (1/N) Σ y_i y_iᵀ`` of
-        every layer: ``x ← x + ω_xx x S_xx + ω_xy y S_xyᵀ``, ``y ← y + ω_yx x S_xy +
-        ω_yy y S_yy`` (module docstring) — the same numbers up to rounding, without the two
-        heads' ``(T, N)`` score matrices (a training loop's fast path; no hook fires in it).
-        Only for ``variant="diag"`` with the residual stream and no LayerNorm or ``W0``."""
+        """The ``"diag"`` variant's :meth:`forward_predict` from the context moments
+        (:func:`attnreg.models.diag_moments.moments_predict`: the same numbers up to rounding,
+        without the two heads' ``(T, N)`` score matrices; a training loop's fast path, in which
+        no hook fires). Only for ``variant="diag"`` with the residual stream and no LayerNorm or
+        ``W0``."""
         if self.variant != "diag" or self.layernorm or not self.residual or self.w0 is not None:
             raise ValueError(
                 "variant: moments_predict is the diag variant's (residual, no LayerNorm, no W0)"
             )
-        n = x_ctx.shape[1]
-        x = torch.cat([x_ctx, x_query], dim=1)
-        y = torch.cat([y_ctx, y_ctx.new_zeros(*x_query.shape[:-1], self.dy)], dim=1)
-        for i in range(self.n_layers):
-            w = self.omega[0 if self.recurrent else i].to(x.dtype)
-            xc, yc = x[:, :n], y[:, :n]
-            s_xx, s_xy, s_yy = xc.mT @ xc / n, xc.mT @ yc / n, yc.mT @ yc / n
-            x, y = (
-                x + w[0] * (x @ s_xx) + w[1] * (y @ s_xy.mT),
-                y + w[2] * (x @ s_xy) + w[3] * (y @ s_yy),
-            )
-        return -y[:, n:]
+        omega = self.omega if not self.recurrent else self.omega[:1].expand(self.n_layers, 4)
+        return moments_predict(omega, x_ctx, y_ctx, x_query)
 
     def _diag_blocks(self, blocks: torch.Tensor) -> torch.Tensor:
         """``(2, D, D)``: head ``h`` is ``diag(blocks[h, 0] I_d, blocks[h, 1] I_dy)``."""

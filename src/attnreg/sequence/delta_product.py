@@ -23,8 +23,9 @@ from __future__ import annotations
 import torch
 
 from attnreg.core.validation import ArrayLike, as_tensor, result_dtype
-from attnreg.sequence.inputs import check_finite_qkv, check_scale, choose_mode, per_token
-from attnreg.sequence.layers import Result, _delta, checked_result, decay_of
+from attnreg.sequence.checked import Result, checked_result
+from attnreg.sequence.delta_rule import delta_forms
+from attnreg.sequence.inputs import check_finite_qkv, check_scale, choose_mode, decay_of, per_token
 
 
 def delta_product(
@@ -61,7 +62,7 @@ def delta_product(
             v5 = vc.reshape(vt.shape)
             out = delta_product_recurrent(qc * sc, k5, v5, steps.reshape(kt.shape[:4]), alpha)
             return out, None
-        out, largest = _delta(
+        out, largest = delta_forms(
             _at_last_step(qc, n_h), kc, vc, steps, _on_first_step(alpha, n_h), sc, form
         )
         return out[:, :, n_h - 1 :: n_h], largest

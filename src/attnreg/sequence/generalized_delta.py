@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 
 from attnreg.core.validation import ArrayLike, check_choice
-from attnreg.sequence.inputs import check_qkv, check_scale, key_shaped
-from attnreg.sequence.layers import Result, checked_result, decay_of
+from attnreg.sequence.checked import Result, checked_result
+from attnreg.sequence.inputs import check_qkv, check_scale, decay_of, key_shaped
 
 MODES = ("auto", "recurrent")
 """The forms of this layer: the token loop only (``auto`` picks it)."""

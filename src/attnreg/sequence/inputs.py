@@ -217,3 +217,13 @@ def check_scale(scale: float) -> float:
     if value != value or value in (float("inf"), float("-inf")):
         raise ValueError(f"scale: must be a finite number, got {scale!r}")
     return value
+
+
+def decay_of(
+    decay: float | ArrayLike | None, like: torch.Tensor, *, channels: bool = False
+) -> torch.Tensor | None:
+    """``α_t`` as ``(B, H, T)`` (``None`` without decay), checked in ``(0, 1]``; with
+    ``channels`` also ``(B, H, T, d_k)``, one factor per key channel (``S' = Diag(α_t) S``)."""
+    if decay is None:
+        return None
+    return per_token("decay", decay, like, low=0.0, high=1.0, open_low=True, channels=channels)

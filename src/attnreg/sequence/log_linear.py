@@ -22,8 +22,7 @@ import torch
 
 from attnreg.core.validation import ArrayLike, as_tensor, check_finite_result
 from attnreg.sequence.forgetting import forget_bias
-from attnreg.sequence.inputs import check_qkv, check_scale
-from attnreg.sequence.layers import decay_of
+from attnreg.sequence.inputs import check_qkv, check_scale, decay_of
 
 
 def levels(t_len: int) -> int:

@@ -1,6 +1,6 @@
 """``nn.Module`` forms of the sequence layers, with hook points on the state and the read-out.
 
-Each module computes its layer function of :mod:`attnreg.sequence.layers` (same contract, same
+Each module computes its layer function of :mod:`attnreg.sequence` (same contract, same
 numbers); it holds no projections: ``q, k, v`` and the per-token parameters are its inputs.
 Hook points (TransformerLens style): ``hook_q``, ``hook_k``, ``hook_v`` (the inputs, before the
 query scale), the layer's state, and ``hook_output``. A hook on a state makes the module take the
@@ -21,24 +21,26 @@ import torch
 from attnreg.core import Hooked, HookPoint
 from attnreg.core.hooks import HookFn
 from attnreg.core.validation import ArrayLike, check_finite_result, check_flag, check_positive
-from attnreg.sequence import layers
+from attnreg.sequence.delta_rule import delta_recurrent, delta_rule
 from attnreg.sequence.inputs import (
     check_lam,
     check_lam_values,
     check_mode,
     check_qkv,
     check_scale,
+    decay_of,
     per_token,
 )
-from attnreg.sequence.recurrent import (
-    delta_recurrent,
-    diagonal_longhorn_recurrent,
-    linear_recurrent,
-    mesa_recurrent,
-    ridge_readout,
-    state_readout,
-)
-from attnreg.sequence.smoothers import causal_weights, local_linear
+from attnreg.sequence.linear_attention import linear_attention, linear_recurrent, normalized
+from attnreg.sequence.local_linear import local_linear, local_linear_attention
+from attnreg.sequence.longhorn import diagonal_longhorn_recurrent, longhorn, longhorn_terms
+from attnreg.sequence.mesa import mesa, mesa_recurrent, ridge_readout
+from attnreg.sequence.softmax import causal_weights, softmax_attention
+
+
+def state_readout(states: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``o_t = S_tᵀ q_t`` for stacked states ``(B, H, T, d_k, d_v)`` and ``q (B, H, T, d_k)``."""
+    return torch.einsum("bhtkv,bhtk->bhtv", states, q)
 
 
 def state_path(mode: str, hooked: bool) -> bool:
@@ -108,22 +110,20 @@ class LinearAttentionLayer(SequenceLayer):
         """``(B, H, T, d_k), (B, H, T, d_k), (B, H, T, d_v) -> (B, H, T, d_v)``."""
         qt, kt, vt = self.inputs(q, k, v)
         if not state_path(self.mode, self.hook_state.active or self.hook_normalizer.active):
-            out = layers.linear_attention(
+            out = linear_attention(
                 qt, kt, vt, decay=decay, normalize=self.normalize, scale=self.scale, mode=self.mode
             )
             return self.hook_output(out)
         d_v = vt.shape[-1]
         if self.normalize:
             vt = torch.cat([vt, torch.ones_like(vt[..., :1])], dim=-1)
-        _, states = linear_recurrent(
-            qt, kt, vt, layers.decay_of(decay, kt, channels=True), states=True
-        )
+        _, states = linear_recurrent(qt, kt, vt, decay_of(decay, kt, channels=True), states=True)
         assert states is not None
         qs = qt * self.scale
         out = state_readout(self.hook_state(states[..., :d_v]), qs)
         if self.normalize:
             z = self.hook_normalizer(states[..., d_v])
-            out = layers.normalized(out, (z * qs).sum(-1, keepdim=True))
+            out = normalized(out, (z * qs).sum(-1, keepdim=True))
         return self.hook_output(check_finite_result(out, "linear_attention"))
 
 
@@ -147,12 +147,10 @@ class DeltaRuleLayer(SequenceLayer):
         """``(B, H, T, d_k), (B, H, T, d_k), (B, H, T, d_v), β -> (B, H, T, d_v)``."""
         qt, kt, vt = self.inputs(q, k, v)
         if not state_path(self.mode, self.hook_state.active):
-            out = layers.delta_rule(qt, kt, vt, beta, decay=decay, scale=self.scale, mode=self.mode)
+            out = delta_rule(qt, kt, vt, beta, decay=decay, scale=self.scale, mode=self.mode)
             return self.hook_output(out)
         b = per_token("beta", beta, kt, low=0.0)
-        _, states = delta_recurrent(
-            qt, kt, vt, b, layers.decay_of(decay, kt, channels=True), states=True
-        )
+        _, states = delta_recurrent(qt, kt, vt, b, decay_of(decay, kt, channels=True), states=True)
         assert states is not None
         out = state_readout(self.hook_state(states), qt * self.scale)
         return self.hook_output(check_finite_result(out, "delta_rule"))
@@ -173,11 +171,11 @@ class LonghornLayer(SequenceLayer):
         """``(B, H, T, d_k), (B, H, T, d_k), (B, H, T, d_v), β -> (B, H, T, d_v)``."""
         qt, kt, vt = self.inputs(q, k, v)
         if not state_path(self.mode, self.hook_state.active):
-            out = layers.longhorn(
+            out = longhorn(
                 qt, kt, vt, beta, scale=self.scale, diagonal=self.diagonal, mode=self.mode
             )
             return self.hook_output(out)
-        keys, step, values = layers.longhorn_terms(per_token("beta", beta, kt, low=0.0), kt, vt)
+        keys, step, values = longhorn_terms(per_token("beta", beta, kt, low=0.0), kt, vt)
         if self.diagonal:
             _, states = diagonal_longhorn_recurrent(qt, keys, values, step, states=True)
         else:
@@ -212,13 +210,13 @@ class MesaNetLayer(SequenceLayer):
         """``(B, H, T, d_k), (B, H, T, d_k), (B, H, T, d_v), β -> (B, H, T, d_v)``."""
         qt, kt, vt = self.inputs(q, k, v)
         if not state_path(self.mode, self.hook_kk.active or self.hook_kv.active):
-            out = layers.mesa(
+            out = mesa(
                 qt, kt, vt, beta, decay=decay, lam=self.lam, scale=self.scale, mode=self.mode
             )
             return self.hook_output(out)
         lam = check_lam(self.lam, kt)
         b = per_token("beta", beta, kt, low=0.0)
-        _, moments = mesa_recurrent(qt, kt, vt, b, layers.decay_of(decay, kt), lam, states=True)
+        _, moments = mesa_recurrent(qt, kt, vt, b, decay_of(decay, kt), lam, states=True)
         assert moments is not None
         kk, kv = self.hook_kk(moments[0]), self.hook_kv(moments[1])
         reg = torch.diag_embed(lam)[:, None]  # (H, 1, d_k, d_k) against (B, H, T, d_k, d_k)
@@ -238,7 +236,7 @@ class SoftmaxAttentionLayer(SequenceLayer):
         """``(B, H, T, d_k), (B, H, T, d_k), (B, H, T, d_v) -> (B, H, T, d_v)``."""
         qt, kt, vt = self.inputs(q, k, v)
         if not self.hook_weights.active:
-            return self.hook_output(layers.softmax_attention(qt, kt, vt, scale=self.scale))
+            return self.hook_output(softmax_attention(qt, kt, vt, scale=self.scale))
         weights = self.hook_weights(causal_weights(qt, kt, self.scale))
         return self.hook_output(check_finite_result(weights @ vt, "softmax_attention"))
 
@@ -257,7 +255,7 @@ class LocalLinearAttentionLayer(SequenceLayer):
         """``(B, H, T, d_k), (B, H, T, d_k), (B, H, T, d_v) -> (B, H, T, d_v)``."""
         qt, kt, vt = self.inputs(q, k, v)
         if not self.hook_weights.active:
-            out = layers.local_linear_attention(qt, kt, vt, lam=self.lam, scale=self.scale)
+            out = local_linear_attention(qt, kt, vt, lam=self.lam, scale=self.scale)
             return self.hook_output(out)
         weights = self.hook_weights(causal_weights(qt, kt, self.scale))
         out = local_linear(qt, kt, vt, self.lam, self.scale, weights)

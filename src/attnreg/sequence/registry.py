@@ -17,17 +17,14 @@ import torch
 
 from attnreg.sequence.comba import comba
 from attnreg.sequence.delta_product import delta_product
+from attnreg.sequence.delta_rule import delta_rule
 from attnreg.sequence.forgetting import forgetting_attention
 from attnreg.sequence.generalized_delta import generalized_delta_rule
-from attnreg.sequence.layers import (
-    delta_rule,
-    linear_attention,
-    local_linear_attention,
-    longhorn,
-    mesa,
-    softmax_attention,
-)
+from attnreg.sequence.linear_attention import linear_attention
+from attnreg.sequence.local_linear import local_linear_attention
 from attnreg.sequence.log_linear import log_linear_attention
+from attnreg.sequence.longhorn import longhorn
+from attnreg.sequence.mesa import mesa
 from attnreg.sequence.modules import (
     DeltaRuleLayer,
     LinearAttentionLayer,
@@ -37,6 +34,7 @@ from attnreg.sequence.modules import (
     SoftmaxAttentionLayer,
 )
 from attnreg.sequence.momentum_delta import momentum_delta_rule
+from attnreg.sequence.softmax import softmax_attention
 from attnreg.sequence.stick_breaking import stick_breaking_attention
 from attnreg.sequence.titans import titans
 from attnreg.sequence.ttt import ttt_linear

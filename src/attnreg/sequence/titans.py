@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 
 from attnreg.core.validation import ArrayLike
+from attnreg.sequence.checked import Result, checked_result
 from attnreg.sequence.inputs import check_qkv, check_scale, per_token
-from attnreg.sequence.layers import Result, checked_result
 
 
 def titans(

@@ -1,4 +1,8 @@
-"""Mesa's chunked form: ``o_t = H^{kv}_tᵀ (H^{kk}_t + Λ)⁻¹ q_t`` with
+"""The Mesa layer / MesaNet — decayed ridge regression solved exactly at every position —
+in its forms side by side: :func:`mesa` (the public layer), :func:`mesa_recurrent` (the token
+loop, one LU solve per token) and its block-parallel form, below.
+
+Mesa's chunked form: ``o_t = H^{kv}_tᵀ (H^{kk}_t + Λ)⁻¹ q_t`` with
 ``H^{kk}_t = α_t H^{kk}_{t−1} + β_t k_t k_tᵀ`` and ``H^{kv}_t = α_t H^{kv}_{t−1} + β_t k_t v_tᵀ``
 (von Oswald et al. 2023, "Uncovering mesa-optimization algorithms in Transformers"; von Oswald
 et al. 2025, "MesaNet"), solved exactly at every position, in blocks of ``C`` tokens.
@@ -20,7 +24,7 @@ rows ``≤ t`` of ``G`` only; ``triu`` drops the rows ``j > t``; ``L⁻ᵀ`` is 
 — one ``d × d`` Cholesky of ``A`` and one ``C × C`` Cholesky of ``Ĉ`` per block, the rest block
 matrix products (the triangular factors are inverted explicitly, by halves, so that the solves are
 products too); no ``d × d`` matrix per token. The entering states are prefix sums of the blocks'
-``Zᵀ Z`` and ``Zᵀ Ṽ``, so all blocks are computed at once (in groups of about ``GROUP_BYTES``).
+``Zᵀ Z`` and ``Zᵀ Ṽ``, so all blocks are computed at once (in segments of about ``SEGMENT_BYTES``).
 
 **Accuracy.** Woodbury solves ``H^{kk}_t + Λ`` through the base ``A``: its rounding error exceeds
 a direct solve's by up to the growth ``μ = λ_max(A⁻¹ (A + ZᵀZ)) = λ_max(Ĉ)`` of the system over
@@ -36,21 +40,139 @@ so the base ``S + Λ / a_t`` changes at every token and the capacitances of diff
 are different matrices, not nested leading blocks of one. No factorisation is shared between
 positions (even a scalar λ, which diagonalises the base once, leaves a ``min(t, d)``-sized
 factorisation per token), so each position's ``H^{kk}_t + Λ`` is formed (the recursion stepped
-through the block's positions, all blocks of a group at once) and solved by LU with partial
-pivoting (batched; as fast as PyTorch's batched Cholesky solve at these sizes), a group of
-blocks of about ``GROUP_BYTES`` at a time.
+through the block's positions, all blocks of a segment at once) and solved by LU with partial
+pivoting (batched; as fast as PyTorch's batched Cholesky solve at these sizes), a segment of
+blocks of about ``SEGMENT_BYTES`` at a time.
 """
 
 from __future__ import annotations
 
 import torch
 
-from attnreg.sequence.chunked import blocks, carry_states, lower_inverse, unblock
-from attnreg.sequence.recurrent import solve_ridge
+from attnreg.core.validation import ArrayLike
+from attnreg.sequence.checked import Result, checked_result, scaled
+from attnreg.sequence.inputs import (
+    check_lam,
+    check_qkv,
+    check_scale,
+    choose_mode,
+    decay_of,
+    per_token,
+)
+from attnreg.sequence.tiling import (
+    CHUNK,
+    SEGMENT_BYTES,
+    blocks,
+    carry_states,
+    log_of,
+    lower_inverse,
+    unblock,
+)
 
-CHUNK = 64
-GROUP_BYTES = 64 * 2**20  # temporaries per group of blocks
 MAX_GROWTH = 64.0  # above it, a block's Woodbury error may exceed a direct solve's too much
+
+
+def mesa(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    beta: float | ArrayLike,
+    *,
+    decay: float | ArrayLike | None = None,
+    lam: float | ArrayLike,
+    scale: float = 1.0,
+    mode: str = "auto",
+) -> torch.Tensor:
+    """The Mesa layer / MesaNet: ``H^{kk}_t = α_t H^{kk}_{t−1} + β_t k_t k_tᵀ``,
+    ``H^{kv}_t = α_t H^{kv}_{t−1} + β_t k_t v_tᵀ``, ``o_t = H^{kv}_tᵀ (H^{kk}_t + Λ)⁻¹ q_t``.
+
+    Regression: ``W_t = argmin_W Σ_{i≤t} γ_{t,i} ‖W k_i − v_i‖² + Σ_j λ_j ‖W e_j‖²`` with
+    ``γ_{t,i} = β_i Π_{i<j≤t} α_j``: **decayed weighted ridge regression solved exactly** at every
+    position over linear maps (von Oswald et al. 2023, "Uncovering mesa-optimization
+    algorithms in Transformers"; von Oswald et al. 2025, "MesaNet"). ``Λ = diag(λ)``, ``lam`` a
+    number or ``(H, d_k)`` (MesaNet's convention), every ``λ > 0``. Both modes solve exactly
+    (no conjugate-gradient truncation). Without decay (``decay=None`` or all 1) the chunked form
+    is blocked: Woodbury on the leading principal submatrices of one ``C × C`` capacitance per
+    block, no ``d_k × d_k`` matrix per token; with a decay (the ridge is not decayed, so no
+    factorisation is shared between positions) it solves ``(H^{kk}_t + Λ) x = q_t`` per position
+    by LU (:mod:`attnreg.sequence.mesa`). With ``β = 1``, no decay and one λ it is
+    :func:`attnreg.estimators.causal_ridge`.
+    """
+    qt, kt, vt = check_qkv(q, k, v)
+    b = per_token("beta", beta, kt, low=0.0)
+    alpha = decay_of(decay, kt)
+    lam_t = check_lam(lam, kt)
+    mode = choose_mode(mode, kt, fused=False)
+
+    def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, sc: float) -> Result:
+        qs = scaled(qc, sc)
+        if mode == "chunk":
+            return mesa_chunked(qs, kc, vc, b, log_of(alpha), lam_t), None
+        return mesa_recurrent(qs, kc, vc, b, alpha, lam_t)[0], None
+
+    return checked_result(layer, qt, kt, vt, check_scale(scale), "mesa")
+
+
+def mesa_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    decay: torch.Tensor | None,
+    lam: torch.Tensor,
+    *,
+    states: bool = False,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+    """``H^{kk}_t = α_t H^{kk}_{t−1} + β_t k_t k_tᵀ``,
+    ``H^{kv}_t = α_t H^{kv}_{t−1} + β_t k_t v_tᵀ``, ``o_t = H^{kv}_tᵀ (H^{kk}_t + Λ)⁻¹ q_t`` with
+    ``Λ = diag(lam)`` (``lam (H, d_k)``); one LU solve per token.
+    ``states=True`` also returns ``(H^{kk}, H^{kv})``, each stacked over t."""
+    b, h, t_len, d_k = k.shape
+    reg = torch.diag_embed(lam)  # (H, d_k, d_k)
+    kk = k.new_zeros(b, h, d_k, d_k)
+    kv = k.new_zeros(b, h, d_k, v.shape[-1])
+    outs, kept_kk, kept_kv = [], [], []
+    for t in range(t_len):
+        if decay is not None:
+            kk, kv = decay[:, :, t, None, None] * kk, decay[:, :, t, None, None] * kv
+        key = beta[:, :, t, None] * k[:, :, t]
+        kk = kk + key[..., None] * k[:, :, t, None, :]
+        kv = kv + key[..., None] * v[:, :, t, None, :]
+        outs.append(ridge_readout(kk, kv, q[:, :, t], reg))
+        if states:
+            kept_kk.append(kk)
+            kept_kv.append(kv)
+    out = torch.stack(outs, dim=2)
+    return out, (torch.stack(kept_kk, 2), torch.stack(kept_kv, 2)) if states else None
+
+
+def ridge_readout(
+    kk: torch.Tensor, kv: torch.Tensor, q: torch.Tensor, reg: torch.Tensor
+) -> torch.Tensor:
+    """``H^{kv}ᵀ (H^{kk} + Λ)⁻¹ q`` by an LU solve, for ``kk (…, d_k, d_k)``, ``kv (…, d_k, d_v)``,
+    ``q (…, d_k)`` and ``reg = Λ`` broadcastable to ``kk``; a singular system is a
+    ``ValueError`` naming ``lam`` (:func:`solve_ridge`)."""
+    x = solve_ridge(kk + reg, q.unsqueeze(-1))
+    return (kv.mT @ x).squeeze(-1)
+
+
+def solve_ridge(systems: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """``(H^{kk}_t + Λ)⁻¹ rhs`` by LU with partial pivoting (``torch.linalg.solve`` batching).
+
+    ``H^{kk}_t`` has rank at most ``min(t, d_k)``: in the directions the keys do not span only
+    ``Λ`` keeps the system invertible. A ``Λ`` below the rounding of ``H^{kk}_t`` (e.g.
+    ``lam=1e-17`` against unit keys, ``T < d_k``) leaves it singular in floating point: that is a
+    ``ValueError`` naming ``lam`` (too small for the rank of the keys), never a raw
+    ``torch.linalg.LinAlgError``."""
+    x, info = torch.linalg.solve_ex(systems, rhs)
+    if bool((info != 0).any()):
+        raise ValueError(
+            "lam: the ridge system H^{kk}_t + diag(lam) is singular in "
+            f"{str(systems.dtype).removeprefix('torch.')}: lam is too small for the rank of the "
+            "keys (fewer tokens than d_k, or dependent keys, leave directions that only lam "
+            "covers); use a larger lam"
+        )
+    return x
 
 
 def mesa_chunked(
@@ -70,9 +192,9 @@ def mesa_chunked(
     return mesa_per_position(q, k, v, beta, log_decay, lam, chunk)
 
 
-def _group(per_block: int, n_blocks: int) -> int:
-    """Blocks per group: about ``GROUP_BYTES`` of temporaries, at least one block."""
-    return max(1, min(n_blocks, GROUP_BYTES // per_block))
+def _segment_blocks(per_block: int, n_blocks: int) -> int:
+    """Blocks per segment: about ``SEGMENT_BYTES`` of temporaries, at least one block."""
+    return max(1, min(n_blocks, SEGMENT_BYTES // per_block))
 
 
 def mesa_woodbury(
@@ -98,7 +220,7 @@ def mesa_woodbury(
     # one product; [Z; Q] A⁻¹ P and the output
     per_block = 3 * d_k * d_k + 2 * chunk * d_k + 6 * chunk * chunk + 3 * chunk * d_v
     per_block *= b * h * q.element_size()
-    step = _group(per_block, n_blocks)
+    step = _segment_blocks(per_block, n_blocks)
     outs = []
     for start in range(0, n_blocks, step):
         part = slice(start, start + step)
@@ -169,7 +291,7 @@ def mesa_per_position(
     kk0, kv0 = states[..., :d_k], states[..., d_k:]
     n_blocks = qc.shape[2]
     per_block = b * h * chunk * d_k * d_k * q.element_size() * 3
-    step = _group(per_block, n_blocks)
+    step = _segment_blocks(per_block, n_blocks)
     reg = lam[:, None, None].expand(b, h, n_blocks, 1, d_k)
     alpha = blocks(lg, chunk).exp()
     outs = []

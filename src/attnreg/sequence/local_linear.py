@@ -1,41 +1,34 @@
-"""The kernel-weighted layers: causal softmax attention (local-constant fit) and local linear
-attention (local-linear fit), both with the weights ``w_{t,i} = softmax_{i≤t}(scale · q_tᵀ k_i)``.
-"""
+"""Local linear attention — the kernel-weighted local-linear ridge fit centred at the query
+(Zuo et al. 2025) — computed directly, queries in blocks of bounded memory."""
 
 from __future__ import annotations
 
 import torch
-from torch.nn.functional import pad, scaled_dot_product_attention
+
+from attnreg.core.validation import ArrayLike, check_finite_result, check_positive
+from attnreg.sequence.inputs import check_qkv, check_scale
+from attnreg.sequence.softmax import causal_weights
 
 LOCAL_BLOCK_BYTES = 64 * 2**20
 
 
-def causal_weights(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """``w_{t,i} = softmax_{i≤t}(scale · q_tᵀ k_i)`` and 0 for ``i > t``: ``(B, H, M, T)`` for
-    queries ``(B, H, M, d)`` at positions ``offset … offset + M − 1`` with ``offset = T − M``
-    (the last M positions of the keys)."""
-    m, t_len = q.shape[2], k.shape[2]
-    scores = scale * (q @ k.mT)
-    rows = torch.arange(t_len - m, t_len, device=q.device)[:, None]
-    future = torch.arange(t_len, device=q.device)[None, :] > rows
-    return torch.softmax(scores.masked_fill(future, -torch.inf), dim=-1)
+def local_linear_attention(
+    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, lam: float, scale: float = 1.0
+) -> torch.Tensor:
+    """Local linear attention: the intercept ``b̂_t`` of
+    ``min_{b, W} Σ_{i≤t} w_{t,i} ‖v_i − b − W (k_i − q_t)‖² + λ ‖W‖²_F`` with the softmax weights
+    ``w_{t,i} = softmax_{i≤t}(scale · q_tᵀ k_i)``.
 
-
-def softmax_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """Causal ``softmax(scale · Q Kᵀ) V`` by PyTorch's fused
-    ``scaled_dot_product_attention(is_causal=True)`` (on the CPU a flash-attention kernel: tiles
-    of queries × keys with an online softmax; no ``T × T`` matrix). Values of another width than
-    the keys are zero-padded to one head width (zero columns change nothing). The scale goes
-    into the queries before the kernel applies its causal mask (inside the kernel a scale of 0
-    or below would multiply the mask's −∞: NaN for 0, +∞ for a negative scale)."""
-    q = q * scale
-    d, d_v = k.shape[-1], v.shape[-1]
-    if d_v < d:
-        v = pad(v, (0, d - d_v))
-    elif d_v > d:
-        q, k = pad(q, (0, d_v - d)), pad(k, (0, d_v - d))
-    out = scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
-    return out[..., :d_v]
+    Regression: **kernel-weighted local-linear (affine) ridge regression** centred at the query,
+    solved in closed form, ``b̂_t = v̄_t + Σ^{vk}_t (Σ^{kk}_t + λI)⁻¹ (q_t − k̄_t)`` with the weighted
+    means and centred covariances of the past keys and values (Zuo et al. 2025, "Local linear
+    attention", arXiv 2510.01450): softmax attention is its local-constant special case (``W = 0``).
+    The fit at the query ``q_t`` itself is unscaled; ``scale`` enters the weights only. ``lam > 0``.
+    Computed directly (``O(T² d_k²)`` work, queries in blocks of bounded memory).
+    """
+    qt, kt, vt = check_qkv(q, k, v)
+    out = local_linear(qt, kt, vt, check_positive("lam", lam), check_scale(scale))
+    return check_finite_result(out, "local_linear_attention")
 
 
 def local_linear(
