@@ -42,9 +42,11 @@ def test_kda_is_online_least_squares_with_a_decay_per_coordinate(mode, t, d_k, c
     assert np.all(np.linalg.norm(out - 0.5 * want, axis=-1) <= bound)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize(("t", "d_k"), [(1, 5), (4, 8), (33, 6)])
+@pytest.mark.parametrize("mode", (*MODES, "chunk"))
+@pytest.mark.parametrize(("t", "d_k"), [(1, 5), (4, 8), (33, 6), (70, 3)])
 def test_gla_is_the_channel_weighted_sum(mode, t, d_k):
+    """Every form of GLA (the chunked one in blocks of 64: T = 70 crosses one) against the
+    channel-weighted sum."""
     q, k, v, _, alpha = draw(t, d_k, 100 + t)
     want, mag = ref.heads(ref.channel_weighted_sum, q, k, v, alpha)
     out = linear_attention(q, k, v, decay=alpha, mode=mode).numpy()
@@ -82,12 +84,10 @@ def test_gradcheck_with_a_decay_per_channel(short_chunks):
     )
 
 
-def test_the_chunked_form_and_wrong_shapes_are_refused_by_name():
+def test_kdas_chunked_form_and_wrong_shapes_are_refused_by_name():
     q, k, v, beta, alpha = draw(6, 4, 5)
     with pytest.raises(ValueError, match=r"mode: the chunked form takes one decay per token"):
         delta_rule(q, k, v, beta, decay=alpha, mode="chunk")
-    with pytest.raises(ValueError, match=r"mode: the chunked form takes one decay per token"):
-        linear_attention(q, k, v, decay=alpha, mode="chunk")
     with pytest.raises(ValueError, match=r"decay: a per-channel value must have shape"):
         delta_rule(q, k, v, beta, decay=alpha[..., :3])
     with pytest.raises(ValueError, match=r"decay: every value must lie in \(0, 1\]"):

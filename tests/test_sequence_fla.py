@@ -155,7 +155,7 @@ def test_simple_gla(mode):
         assert torch.all((ours - fla_layout(out)).abs().double() <= tol)
 
 
-FUSED_MODES = ("fused", "recurrent")  # per-channel decays have no chunked form yet
+FUSED_MODES = ("fused", "recurrent")  # KDA (the delta rule per channel) has no chunked form yet
 
 
 def channel_gates(seed):
@@ -164,7 +164,7 @@ def channel_gates(seed):
     return torch.log(0.5 + 0.5 * torch.rand(B, H, T, D, generator=g))
 
 
-@pytest.mark.parametrize("mode", FUSED_MODES)
+@pytest.mark.parametrize("mode", MODES)
 def test_gla(mode):
     """GLA: one gate per key channel, ``decay = exp(gk)`` of shape ``(B, H, T, d_k)``."""
     fla = naive("gla")

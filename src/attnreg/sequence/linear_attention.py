@@ -44,7 +44,9 @@ def linear_attention(
     ``W_0 = 0``: **one gradient step of size 1** on a weighted least-squares loss over linear
     maps, weights ``γ_{t,i} = Π_{i<j≤t} α_j`` (all 1 without decay). ``decay`` is a number, a
     per-head constant ``(H,)`` (RetNet, Sun et al. 2023) or a per-token gate ``(B, H, T)``
-    (GLA's / Mamba-2's scalar gate: Yang et al. 2024, Dao & Gu 2024). Normalised, it is the
+    (GLA's / Mamba-2's scalar gate: Yang et al. 2024, Dao & Gu 2024), or one gate per key
+    channel ``(B, H, T, d_k)``, ``S' = Diag(α_t) S_{t−1}`` (GLA; every form, the chunked one by
+    :func:`channel_chunked`). Normalised, it is the
     Nadaraya–Watson smoother with the linear kernel ``k_iᵀ q_t`` (Katharopoulos et al. 2020).
     The normalised output does not change when ``q`` or ``k`` of a head is multiplied by a
     positive number, so both are first brought to unit magnitude per head by powers of two
@@ -82,6 +84,8 @@ def linear_forms(
     largest = None
     if mode == "fused":
         out, largest = fused(q, k, v, alpha, None, False, scale)
+    elif mode == "chunk" and alpha is not None and alpha.ndim == 4:
+        out = channel_chunked(scaled(q, scale), k, v, alpha.log())
     elif mode == "chunk":
         out = linear_chunked(scaled(q, scale), k, v, chunk_decay(alpha))
     else:
@@ -169,3 +173,41 @@ def _linear_segment(
     inter = (q * g.exp().unsqueeze(-1)) @ entering
     out = torch.baddbmm(batched(inter), batched(scores * decay_matrix(g)), batched(v))
     return out.view_as(inter), state
+
+
+def channel_chunked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    log_decay: torch.Tensor,
+    chunk: int = CHUNK,
+    segment: int = SEGMENT,
+) -> torch.Tensor:
+    """Linear attention with one decay per key channel (GLA's gate; Longhorn's diagonal form),
+    ``S_t = Diag(α_t) S_{t−1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``, ``log_decay = log α``
+    ``(B, H, T, d_k)``, in blocks of ``chunk`` tokens. Within a block
+    ``o_t = S_0ᵀ (e^{G_t} ⊙ q_t) + Σ_{i≤t} (Σ_j q_{tj} k_{ij} e^{G_{tj} − G_{ij}}) v_i`` with
+    ``G`` the cumulative log-decays per channel: the scores are a ``C × C × d_k`` product per
+    block (every exponent ≤ 0)."""
+    state = q.new_zeros(q.shape[0] * q.shape[1], q.shape[-1], v.shape[-1])
+    parts = [block_major(x, chunk) for x in (q, k, v, log_decay)]
+    return by_segments(_channel_segment, parts, state, q, segment)
+
+
+def _channel_segment(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    log_decay: torch.Tensor,
+    state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One segment of :func:`channel_chunked` (block-major) from the entering state."""
+    chunk = q.shape[-2]
+    g = log_decay.cumsum(-2)  # (n, B·H, C, d_k): log α summed in the block, per channel
+    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
+    diff = (g.unsqueeze(-2) - g.unsqueeze(-3)).masked_fill(~causal[..., None], -torch.inf)
+    scores = (q.unsqueeze(-2) * k.unsqueeze(-3) * diff.exp()).sum(-1)  # (…, C, C)
+    last = g[..., -1:, :]
+    writes = (k * (last - g).exp()).mT @ v
+    entering, state = carry_states(writes, last.squeeze(-2).exp(), state, dim=0)
+    return (q * g.exp()) @ entering + scores @ v, state

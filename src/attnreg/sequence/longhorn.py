@@ -15,7 +15,8 @@ from attnreg.sequence.checked import Result, checked_result, scaled
 from attnreg.sequence.delta_rule import delta_forms
 from attnreg.sequence.fused_autograd import fused
 from attnreg.sequence.inputs import check_qkv_for, check_scale, per_token
-from attnreg.sequence.tiling import CHUNK, SEGMENT, block_major, by_segments, carry_states
+from attnreg.sequence.linear_attention import channel_chunked
+from attnreg.sequence.tiling import CHUNK, SEGMENT
 
 
 def longhorn(
@@ -137,29 +138,7 @@ def diagonal_chunked(
 ) -> torch.Tensor:
     """Longhorn's diagonal approximation ``S_t = diag(a_t) S_{t−1} + ε_t k_t v_tᵀ``,
     ``a_t = 1 − ε_t k_t ⊙ k_t``, ``o_t = S_tᵀ q_t``: linear attention with one decay per key
-    coordinate. Within a block ``o_t = S_0ᵀ (e^{G_t} ⊙ q_t) + Σ_{i≤t} (Σ_j q_{tj} ε_i k_{ij}
-    e^{G_{tj} − G_{ij}}) v_i`` with ``G = cumsum log a`` per coordinate: the scores are a
-    ``C × C × d_k`` product per block (every exponent ≤ 0)."""
-    state = q.new_zeros(q.shape[0] * q.shape[1], q.shape[-1], v.shape[-1])
-    parts = [block_major(x, chunk) for x in (q, k, v, eps)]
-    return by_segments(_diagonal_segment, parts, state, q, segment)
-
-
-def _diagonal_segment(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    eps: torch.Tensor,
-    state: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One segment of :func:`diagonal_chunked` (block-major) from the entering state."""
-    chunk = q.shape[-2]
+    coordinate and the keys ``ε_t k_t`` (:func:`attnreg.sequence.linear_attention.channel_chunked`,
+    the log-decays ``log1p(−ε_t k_t ⊙ k_t)``)."""
     k_eps = k * eps.unsqueeze(-1)
-    g = torch.log1p(-k_eps * k).cumsum(-2)  # (n, B·H, C, d_k), log a summed in the block
-    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
-    diff = (g.unsqueeze(-2) - g.unsqueeze(-3)).masked_fill(~causal[..., None], -torch.inf)
-    scores = (q.unsqueeze(-2) * k_eps.unsqueeze(-3) * diff.exp()).sum(-1)  # (…, C, C)
-    last = g[..., -1:, :]
-    writes = (k_eps * (last - g).exp()).mT @ v
-    entering, state = carry_states(writes, last.squeeze(-2).exp(), state, dim=0)
-    return (q * g.exp()) @ entering + scores @ v, state
+    return channel_chunked(q, k_eps, v, torch.log1p(-k_eps * k), chunk, segment)

@@ -142,7 +142,6 @@ def _register_all() -> None:
                     "the same, per channel",
                     "GLA (Yang et al. 2024)",
                     own=True,
-                    forms=("fused", "recurrent"),
                 ),
             ),
             (

@@ -129,8 +129,9 @@ def lower_inverse(low: torch.Tensor) -> torch.Tensor:
 
 
 def chunk_decay(alpha: torch.Tensor | None) -> torch.Tensor | None:
-    """The chunked forms' log-decays: one per token only (per-channel decays have no chunked
-    form yet: a ``ValueError`` naming ``mode``)."""
+    """The log-decays of a chunked form that takes one decay per token (the delta rule's WY
+    form: per-channel decays, KDA, have no chunked form yet — a ``ValueError`` naming
+    ``mode``)."""
     if alpha is not None and alpha.ndim == 4:
         raise ValueError(
             "mode: the chunked form takes one decay per token; per-channel decays "
