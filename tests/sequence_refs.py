@@ -1,11 +1,15 @@
-"""Independent numpy references for the sequence layers (no attnreg code): each layer written
-as the estimator it is — a weighted least-squares gradient step, the LMS loop, the proximal
-(implicit) step, the decayed ridge solve per prefix, the kernel-weighted local fits — and the
-rounding-error bounds the tests compare against. Arrays are ``(B, H, T, d)`` float64; per-token
-parameters ``(B, H, T)``. The map is ``W`` (``d_v × d_k``), read out as ``o_t = W_t q_t``.
+"""Independent numpy references for the sequence layers (no layer code; several are the ones
+``attnreg verify`` certifies against, from ``attnreg.studies.verify.references``: one set): each
+layer written as the estimator it is — a weighted least-squares gradient step, the LMS loop, the
+proximal (implicit) step, the decayed ridge solve per prefix, the kernel-weighted local fits —
+and the rounding-error bounds the tests compare against. Arrays are ``(B, H, T, d)`` float64;
+per-token parameters ``(B, H, T)``. The map is ``W`` (``d_v × d_k``), read out as
+``o_t = W_t q_t``.
 """
 
 import numpy as np
+
+from attnreg.studies.verify import references as vref
 
 U64 = np.finfo(np.float64).eps / 2
 U32 = np.finfo(np.float32).eps / 2
@@ -20,18 +24,6 @@ def heads(fn, *arrays):
         parts = len(results[0][0])
         return tuple(np.array([[r[p] for r in row] for row in results]) for p in range(parts))
     return np.array(results)
-
-
-def decay_weights(alpha):
-    """``γ[t, i] = Π_{i<j≤t} α_j`` for ``i ≤ t``, 0 above (one head, ``alpha (T,)``)."""
-    t_len = len(alpha)
-    g = np.zeros((t_len, t_len))
-    for t in range(t_len):
-        prod = 1.0
-        for i in range(t, -1, -1):
-            g[t, i] = prod
-            prod *= alpha[i]
-    return g
 
 
 def weighted_sum(q, k, v, alpha):
@@ -77,19 +69,6 @@ def lms(q, k, v, beta, alpha):
     return np.array(out), np.array(mags)
 
 
-def proximal(q, k, v, beta):
-    """Implicit online least squares (one head): ``W_t = argmin ‖W − W_{t−1}‖² + β_t ‖W k_t −
-    v_t‖²``, from its normal equations ``W (I + β k kᵀ) = W_{t−1} + β v kᵀ``."""
-    d = k.shape[1]
-    w = np.zeros((v.shape[1], d))
-    out = []
-    for t in range(len(k)):
-        lhs = np.eye(d) + beta[t] * np.outer(k[t], k[t])
-        w = np.linalg.solve(lhs, (w + beta[t] * np.outer(v[t], k[t])).T).T
-        out.append(w @ q[t])
-    return np.array(out)
-
-
 def diagonal_proximal(q, k, v, beta):
     """Longhorn's diagonal approximation (one head): ``W ← W diag(1 − ε k ⊙ k) + ε v kᵀ``."""
     w = np.zeros((v.shape[1], k.shape[1]))
@@ -129,44 +108,27 @@ def decayed_ridge(q, k, v, beta, alpha, lam):
     return np.array(out), np.array(parts)
 
 
-def softmax_weights(q, k, scale, t):
-    """``w_{t,i} = softmax_{i≤t}(scale · q_tᵀ k_i)`` (one head)."""
-    s = scale * (k[: t + 1] @ q[t])
-    e = np.exp(s - s.max())
-    return e / e.sum()
+# the references attnreg verify uses too (one set): their bounds carry a factor 4 that the tests
+# here apply themselves
+decay_weights = vref.decay_weights
+softmax_weights = vref.softmax_weights
+
+
+def proximal(q, k, v, beta):
+    """Implicit online least squares (one head), from its normal equations
+    (:func:`attnreg.studies.verify.references.implicit_step_loop`)."""
+    return vref.implicit_step_loop(q, k, v, beta)[0]
 
 
 def smoother(q, k, v, scale):
-    """Nadaraya–Watson (one head): ``o_t = argmin_b Σ_{i≤t} w_{t,i} ‖v_i − b‖²`` (weighted
-    mean), and the bound factor ``(d |scale| ‖q_t‖ max‖k_i‖ + t + d) max‖v_i‖_∞``."""
-    out, mags = [], []
-    d = k.shape[1]
-    for t in range(len(k)):
-        w = softmax_weights(q, k, scale, t)
-        out.append(w @ v[: t + 1])
-        spread = d * abs(scale) * np.linalg.norm(q[t]) * np.linalg.norm(k[: t + 1], axis=1).max()
-        mags.append((spread + t + 1 + d) * np.abs(v[: t + 1]).max())
-    return np.array(out), np.array(mags)
+    """Nadaraya–Watson (one head) and the bound factor ``(d |scale| ‖q_t‖ max‖k_i‖ + t + d)
+    max‖v_i‖_∞`` (:func:`attnreg.studies.verify.references.kernel_smoother`)."""
+    out, bound = vref.kernel_smoother(q, k, v, scale)
+    return out, bound / 4
 
 
 def local_linear_fit(q, k, v, lam, scale):
-    """The local-linear fit (one head): ``(b̂, Ŵ) = argmin Σ_{i≤t} w_{t,i} ‖v_i − b − W (k_i −
-    q_t)‖² + λ ‖W‖²`` by least squares on the rows ``√w_i [1, (k_i − q_t)ᵀ]`` and ``[0, √λ e_jᵀ]``;
-    returns the intercepts and the bound factor (the weighted problem's condition number times
-    the magnitudes of the centred data and of ``Ŵ``)."""
-    d, d_v = k.shape[1], v.shape[1]
-    out, mags = [], []
-    for t in range(len(k)):
-        w = softmax_weights(q, k, scale, t)
-        c = np.sqrt(w)[:, None]
-        design = np.hstack([np.ones((t + 1, 1)), k[: t + 1] - q[t]])
-        rows = np.vstack([c * design, np.hstack([np.zeros((d, 1)), np.sqrt(lam) * np.eye(d)])])
-        targets = np.vstack([c * v[: t + 1], np.zeros((d, d_v))])
-        coef = np.linalg.lstsq(rows, targets, rcond=None)[0]
-        out.append(coef[0])
-        sv = np.linalg.svd(rows, compute_uv=False)
-        kappa = sv[0] / sv[-1]
-        spread = d * abs(scale) * np.linalg.norm(q[t]) * np.linalg.norm(k[: t + 1], axis=1).max()
-        size = np.abs(v[: t + 1]).max() + np.abs(coef[1:]).max() * np.abs(design).max()
-        mags.append((spread + t + 1 + d) * kappa**2 * size)
-    return np.array(out), np.array(mags)
+    """The local-linear fit (one head) and its bound factor
+    (:func:`attnreg.studies.verify.references.local_linear_fit`)."""
+    out, bound = vref.local_linear_fit(q, k, v, lam, scale)
+    return out, bound / 4

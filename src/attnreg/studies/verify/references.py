@@ -218,7 +218,7 @@ def weighted_ridge_per_prefix(
     return np.array(out), 8 * (k.shape[1] + _log_budget(alpha)) * np.array(mags)
 
 
-def _softmax_weights(q: Array, k: Array, scale: float, t: int) -> Array:
+def softmax_weights(q: Array, k: Array, scale: float, t: int) -> Array:
     """``w_{t,i} = softmax_{i≤t}(scale · q_tᵀ k_i)``, shifted by the largest score."""
     s = scale * (k[: t + 1] @ q[t])
     e = np.exp(s - s.max())
@@ -237,7 +237,7 @@ def kernel_smoother(q: Array, k: Array, v: Array, scale: float) -> tuple[Array, 
     (the scores' rounding, relative in the weights, and a convex sum of ``t + 1`` terms)."""
     out, mags = [], []
     for t in range(len(k)):
-        out.append(_softmax_weights(q, k, scale, t) @ v[: t + 1])
+        out.append(softmax_weights(q, k, scale, t) @ v[: t + 1])
         spread = _spread(q, k, scale, t)
         mags.append(4 * (spread + t + 1 + k.shape[1]) * np.abs(v[: t + 1]).max())
     return np.array(out), np.array(mags)
@@ -253,7 +253,7 @@ def local_linear_fit(q: Array, k: Array, v: Array, lam: float, scale: float) -> 
     out, mags = [], []
     ridge_rows = np.hstack([np.zeros((d, 1)), np.sqrt(lam) * np.eye(d)])
     for t in range(len(k)):
-        c = np.sqrt(_softmax_weights(q, k, scale, t))[:, None]
+        c = np.sqrt(softmax_weights(q, k, scale, t))[:, None]
         design = np.hstack([np.ones((t + 1, 1)), k[: t + 1] - q[t]])
         rows = np.vstack([c * design, ridge_rows])
         targets = np.vstack([c * v[: t + 1], np.zeros((d, d_v))])
