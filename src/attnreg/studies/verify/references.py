@@ -140,38 +140,55 @@ def decay_weights(alpha: Array) -> Array:
     return g
 
 
-def _log_budget(alpha: Array) -> Array:
+def log_budget(alpha: Array) -> Array:
     """``n_t = (t + 1)(1 + Σ_{j≤t} |log α_j|)``: a prefix's summation length, widened by the
-    cumulative log-decay whose rounding a log-space (chunked) form carries into ``γ``."""
-    return np.arange(1, len(alpha) + 1) * (1 + np.cumsum(np.abs(np.log(alpha))))
+    cumulative log-decay whose rounding a log-space (chunked) form carries into ``γ`` (with one
+    decay per key channel, ``alpha (T, d_k)``, the largest channel's)."""
+    logs = np.abs(np.log(alpha))
+    return np.arange(1, len(alpha) + 1) * (1 + np.cumsum(logs.max(-1) if logs.ndim == 2 else logs))
 
 
 def decayed_sum(q: Array, k: Array, v: Array, alpha: Array) -> tuple[Array, Array]:
     """Linear attention: ``o_t = Σ_{i≤t} γ_{t,i} (q_tᵀ k_i) v_i`` (one gradient step of size 1
     from ``W = 0`` on ``½ Σ γ_{t,i} ‖W k_i − v_i‖²``). Bound: sums of products of length
-    ``d + n_t``, ``m_t = 4 (d + n_t) max_c Σ_i γ_{t,i} |q_t|ᵀ|k_i| |v_{ic}|``."""
+    ``d + n_t``, ``m_t = 4 (d + n_t) max_c Σ_i γ_{t,i} |q_t|ᵀ|k_i| |v_{ic}|`` (the elementwise
+    magnitude of :func:`decayed_terms`)."""
+    out, mag = decayed_terms(q, k, v, alpha)
+    return out, 4 * (k.shape[1] + log_budget(alpha)) * mag.max(axis=1)
+
+
+def decayed_terms(q: Array, k: Array, v: Array, alpha: Array) -> tuple[Array, Array]:
+    """:func:`decayed_sum`'s outputs and the elementwise magnitude
+    ``Σ_{i≤t} γ_{t,i} (|q_t|ᵀ|k_i|) |v_i|`` that bounds their rounding."""
     g = decay_weights(alpha)
-    mag = (g * (np.abs(q) @ np.abs(k).T)) @ np.abs(v)
-    return (g * (q @ k.T)) @ v, 4 * (k.shape[1] + _log_budget(alpha)) * mag.max(axis=1)
+    return (g * (q @ k.T)) @ v, (g * (np.abs(q) @ np.abs(k).T)) @ np.abs(v)
 
 
 def lms_loop(q: Array, k: Array, v: Array, beta: Array, alpha: Array) -> tuple[Array, Array]:
-    """The (gated) delta rule as online least squares: ``W ← α_t W``, then the gradient step
+    """The (gated) delta rule as online least squares: ``W ← α_t W`` (``W Diag(α_t)`` with one
+    decay per key channel, ``alpha (T, d_k)``), then the gradient step
     ``W ← W − β_t (W k_t − v_t) k_tᵀ`` on ``½‖W k_t − v_t‖²``, ``o_t = W q_t``. Bound (for
     ``0 ≤ β_t ‖k_t‖² ≤ 2``, where each step is no expansion and rounding is not amplified): at
     most ``u · O(d + n_t) · m'_i`` added per step, ``m_t = 8 (d + n_t) (t + 1) ‖q_t‖ m'_t`` with
-    ``m'_t = Σ_{i≤t} γ_{t,i} β_i ‖k_i‖ ‖v_i‖``."""
+    ``m'_t`` of :func:`lms_iterates`."""
+    out, mags = lms_iterates(q, k, v, beta, alpha)
+    steps = np.arange(1, len(k) + 1)
+    bound = 8 * (k.shape[1] + log_budget(alpha)) * steps * np.linalg.norm(q, axis=1)
+    return out, bound * mags
+
+
+def lms_iterates(q: Array, k: Array, v: Array, beta: Array, alpha: Array) -> tuple[Array, Array]:
+    """:func:`lms_loop`'s outputs and the decayed magnitudes ``m'_t = Σ_{i≤t} γ_{t,i} β_i ‖k_i‖
+    ‖v_i‖`` (``γ`` with the largest channel's decay) that its bound scales."""
     w = np.zeros((v.shape[1], k.shape[1]))
     out, mags, mag = [], [], 0.0
     for t in range(len(k)):
         w = alpha[t] * w
         w = w - beta[t] * np.outer(w @ k[t] - v[t], k[t])
-        mag = alpha[t] * mag + beta[t] * np.linalg.norm(k[t]) * np.linalg.norm(v[t])
+        mag = np.max(alpha[t]) * mag + beta[t] * np.linalg.norm(k[t]) * np.linalg.norm(v[t])
         out.append(w @ q[t])
         mags.append(mag)
-    steps = np.arange(1, len(k) + 1)
-    bound = 8 * (k.shape[1] + _log_budget(alpha)) * steps * np.linalg.norm(q, axis=1)
-    return np.array(out), bound * np.array(mags)
+    return np.array(out), np.array(mags)
 
 
 def implicit_step_loop(q: Array, k: Array, v: Array, beta: Array) -> tuple[Array, Array]:
@@ -215,7 +232,7 @@ def weighted_ridge_per_prefix(
         m_kv = weights @ (norms * np.linalg.norm(v[: t + 1], axis=1))
         x_norm = np.linalg.norm(inverse @ q[t])
         mags.append(x_norm * (np.linalg.norm(inverse, 2) * m_kk * np.linalg.norm(kv, 2) + m_kv))
-    return np.array(out), 8 * (k.shape[1] + _log_budget(alpha)) * np.array(mags)
+    return np.array(out), 8 * (k.shape[1] + log_budget(alpha)) * np.array(mags)
 
 
 def softmax_weights(q: Array, k: Array, scale: float, t: int) -> Array:
@@ -302,7 +319,7 @@ def lms_steps(q: Array, k: Array, v: Array, beta: Array, alpha: Array) -> tuple[
         out.append(w @ q[t])
         mags.append(mag)
     steps = k.shape[1] * np.arange(1, len(k) + 1)
-    bound = 8 * (k.shape[-1] + _log_budget(alpha)) * steps * np.linalg.norm(q, axis=1)
+    bound = 8 * (k.shape[-1] + log_budget(alpha)) * steps * np.linalg.norm(q, axis=1)
     return np.array(out), bound * np.array(mags)
 
 
@@ -429,7 +446,7 @@ def level_weighted_sum(
                 m = m + abs(w) * (np.abs(q[t]) @ np.abs(k[i])) * np.abs(v[i])
         out.append(o)
         mags.append(m.max())
-    return np.array(out), 4 * (k.shape[1] + _log_budget(alpha)) * np.array(mags)
+    return np.array(out), 4 * (k.shape[1] + log_budget(alpha)) * np.array(mags)
 
 
 def gated_smoother(
