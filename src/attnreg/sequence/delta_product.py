@@ -26,6 +26,7 @@ from attnreg.core.validation import ArrayLike, as_tensor, result_dtype
 from attnreg.sequence.checked import Result, checked_result
 from attnreg.sequence.delta_rule import delta_forms
 from attnreg.sequence.inputs import check_finite_qkv, check_scale, choose_mode, decay_of, per_token
+from attnreg.sequence.tiling import decayed
 
 
 def delta_product(
@@ -84,9 +85,7 @@ def delta_product_recurrent(
     s = k.new_zeros(b_, h, d_k, v.shape[-1])
     outs = []
     for t in range(t_len):
-        if decay is not None:
-            a = decay[:, :, t]
-            s = (a[..., None, None] if a.ndim == 2 else a[..., None]) * s
+        s = decayed(s, decay, t)
         for j in range(n_h):
             key = k[:, :, t, j]
             error = v[:, :, t, j] - torch.einsum("bhk,bhkv->bhv", key, s)

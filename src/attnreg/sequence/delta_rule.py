@@ -25,6 +25,7 @@ from attnreg.sequence.tiling import (
     by_segments,
     chunk_decay,
     decay_matrix,
+    decayed,
     lower_inverse,
 )
 
@@ -102,9 +103,7 @@ def delta_recurrent(
     s = k.new_zeros(*k.shape[:2], k.shape[-1], v.shape[-1])
     outs, kept = [], []
     for t in range(k.shape[2]):
-        if decay is not None:
-            a = decay[:, :, t]
-            s = (a[..., None, None] if a.ndim == 2 else a[..., None]) * s
+        s = decayed(s, decay, t)
         key = k[:, :, t]
         error = v[:, :, t] - torch.einsum("bhk,bhkv->bhv", key, s)
         s = s + key[..., None] * (beta[:, :, t, None] * error)[:, :, None]

@@ -23,6 +23,7 @@ import torch
 from attnreg.core.validation import ArrayLike, check_choice
 from attnreg.sequence.checked import Result, checked_result
 from attnreg.sequence.inputs import check_qkv, check_scale, decay_of, key_shaped
+from attnreg.sequence.tiling import decayed
 
 MODES = ("auto", "recurrent")
 """The forms of this layer: the token loop only (``auto`` picks it)."""
@@ -74,9 +75,7 @@ def generalized_delta_recurrent(
     outs = []
     for t in range(t_len):
         read = torch.einsum("bhk,bhkv->bhv", b[:, :, t], s)
-        if decay is not None:
-            f = decay[:, :, t]
-            s = (f[..., None, None] if f.ndim == 2 else f[..., None]) * s
+        s = decayed(s, decay, t)
         s = s + a[:, :, t, :, None] * read[:, :, None] + k[:, :, t, :, None] * v[:, :, t, None]
         outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], s))
     return torch.stack(outs, dim=2)

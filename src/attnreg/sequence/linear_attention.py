@@ -23,6 +23,7 @@ from attnreg.sequence.tiling import (
     carry_states,
     chunk_decay,
     decay_matrix,
+    decayed,
 )
 
 
@@ -123,9 +124,7 @@ def linear_recurrent(
     s = k.new_zeros(*k.shape[:2], k.shape[-1], v.shape[-1])
     outs, kept = [], []
     for t in range(k.shape[2]):
-        if decay is not None:
-            a = decay[:, :, t]
-            s = (a[..., None, None] if a.ndim == 2 else a[..., None]) * s
+        s = decayed(s, decay, t)
         s = s + k[:, :, t, :, None] * v[:, :, t, None, :]
         outs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], s))
         if states:

@@ -142,3 +142,12 @@ def chunk_decay(alpha: torch.Tensor | None) -> torch.Tensor | None:
 
 def log_of(alpha: torch.Tensor | None) -> torch.Tensor | None:
     return None if alpha is None else alpha.log()
+
+
+def decayed(state: torch.Tensor, decay: torch.Tensor | None, t: int) -> torch.Tensor:
+    """``α_t ⊙ S`` for a token loop's state ``(B, H, d_k, d_v)``: ``decay`` one factor per token
+    ``(B, H, T)`` or one per key channel ``(B, H, T, d_k)`` (``Diag(α_t) S``); ``None``: ``S``."""
+    if decay is None:
+        return state
+    a = decay[:, :, t]
+    return (a[..., None, None] if a.ndim == 2 else a[..., None]) * state
