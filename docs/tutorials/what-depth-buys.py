@@ -361,10 +361,12 @@ for row in [] if record is None else record["claims"]:
 # preconditioner that whitens the inputs removes κ altogether. Trained stacks improve with
 # depth but their layers are not single steps of any of these solvers. With noise, the
 # Bayes-optimal ridge bounds every stack from below. Under mixed noise levels this page's
-# small stack (3 layers, 600 steps) trails TunedRR by the excess printed above; the paper's
+# small stack (3 layers, 600 steps) trails TunedRR by the excess printed above. The paper's
 # regime — DIAG stacks of 3 to 7 layers, D = 10, N = 20, σ_max ∈ {1, 3, 5}, three seeds, trained
-# in float64 (`attnreg depth --full --set parts='["mixed"]'`) — is the committed full-scale
-# record, whose verdict is printed above and stands in the [claims ledger](../claims.html).
+# in float64 — is the full profile (`attnreg depth --full --set parts='["mixed"]'`); a committed
+# full-scale record, when there is one, is printed above and stands in the
+# [claims ledger](../claims.html). None is committed yet: the full profile's training has not
+# converged in every σ_max and seed, so the claim keeps no verdict.
 # `attnreg depth --quick` runs all three parts at a larger scale, with figures and a summary.
 
 # %%

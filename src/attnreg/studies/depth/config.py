@@ -226,12 +226,19 @@ def full_config(**changes: Any) -> DepthConfig:
     cores: about 50 minutes on two).
     One part alone: ``--set parts='["mixed"]'``.
 
-    The mixed-noise recipe, measured on 2026-11-29 (σ_max = 3 and 5, 7 layers, one seed each):
-    float32 stacks (full products or DIAG) diverge within a few hundred steps at every rate
-    tried (1e-2 to 1e-4) — a task with a large label energy ``(1/N) Σ y_i²`` makes the
-    ``ω_yy`` term cubic in ``y`` and overflows float32, which ends a run — while float64
-    DIAG stacks train through: adjusted loss 0.0061 against TunedRR's 0.0063 (σ_max = 3, rate
-    1e-3) and 0.0131 against 0.0134 (σ_max = 5, rate 5e-4) after 20000 steps of 256 tasks."""
+    The mixed-noise recipe, measured on 2026-11-29. Single runs (σ_max = 3 and 5, 7 layers,
+    one seed each): float32 stacks (full products or DIAG) diverge within a few hundred steps at
+    every rate tried (1e-2 to 1e-4) — a task with a large label energy ``(1/N) Σ y_i²`` makes the
+    ``ω_yy`` term cubic in ``y`` and overflows float32, which ends a run — while float64 DIAG
+    stacks trained through: adjusted loss 0.0061 against TunedRR's 0.0063 (σ_max = 3, rate 1e-3)
+    and 0.0131 against 0.0134 (σ_max = 5, rate 5e-4) after 20000 steps of 256 tasks. The whole
+    mixed part with these settings (27 stacks, 64 minutes on two cores) does **not** reach the
+    regime: a 7-layer stack at σ_max = 1 and at σ_max = 3 overflows in at least one of the three
+    seeds, the σ_max = 1 stacks of 3 and 5 layers have not converged after 20000 steps (and stay
+    above ConstRR), and at σ_max = 5 the 7-layer stacks trail TunedRR (adjusted loss 0.0128
+    against 0.0088, z = 3.6). So the claim keeps no verdict until a recipe converges in every
+    cell.
+    """
     from attnreg.core.threads import usable_cores  # here: the config module stays torch-free
 
     base: dict[str, Any] = {
