@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from attnreg.cli import app
 from attnreg.report.build import build_report
 from attnreg.runs.store import ResultsStore
+from attnreg.studies.verify.sequence_rows import LAYER_OF_ROW
 
 KEY = ["construction", "shape", "dtype"]
 METRICS = ["max_abs_err", "rel_err", "tol", "passed"]
@@ -46,7 +47,8 @@ def test_cli_sweep_and_report_store_identical_metrics(tmp_path):
     )
     from_report = _frame(ResultsStore(report_dir / "results.db").to_dataframe("verify"))
 
-    # (14 constructions + 8 sequence layers + 5 stacks × 4 depths) × 11 shapes, float64
-    assert len(from_cli) == 462
+    # (14 constructions + one row per sequence-layer configuration + 5 stacks × 4 depths)
+    # × 11 shapes, float64
+    assert len(from_cli) == (14 + len(LAYER_OF_ROW) + 5 * 4) * 11
     pd.testing.assert_frame_equal(from_cli, from_sweep, check_exact=True)
     pd.testing.assert_frame_equal(from_cli, from_report, check_exact=True)
