@@ -32,6 +32,7 @@ from attnreg.studies.depth.noise import (
     RidgeBaselines,
     converged,
     curve_rows,
+    grow,
     mixed_rows,
     mixed_tasks,
     noise_estimate,
@@ -248,9 +249,11 @@ def test_mixed_rows_adjust_by_the_oracle_and_compare_with_tuned_rr(tiny_cfg):
         assert r["diff"] == pytest.approx(r["adjusted_trained"] - r["adjusted_tuned_rr"], abs=1e-12)
 
 
-def test_the_diag_stacks_train_the_same_in_worker_processes(tiny_cfg):
+@pytest.mark.parametrize("grown", [False, True])
+def test_the_diag_stacks_train_the_same_in_worker_processes(tiny_cfg, grown):
     """Vladymyrov et al.'s DIAG stacks in float64, trained in this process and in two spawned
-    workers: the same rows, bit for bit (each stack is seeded by its indices alone)."""
+    workers: the same rows, bit for bit (each stack is seeded by its indices alone; grown, each
+    worker trains one σ_max and seed's chain of depths)."""
     cfg = DepthConfig(
         **{
             **dataclasses.asdict(tiny_cfg),
@@ -260,13 +263,14 @@ def test_the_diag_stacks_train_the_same_in_worker_processes(tiny_cfg):
             "mixed_lr": 1e-3,
             "mixed_steps": 30,
             "mixed_layers": [1, 2],
+            "mixed_grow": grown,
         }
     )
     here = mixed_rows(cfg, Progress.quiet())
     spread = mixed_rows(dataclasses.replace(cfg, mixed_workers=2), Progress.quiet())
     assert here == spread
     match = [r for r in here if r["kind"] == "mixed_match"]
-    assert {(r["variant"], r["dtype"]) for r in match} == {("diag", "float64")}
+    assert {(r["variant"], r["dtype"], r["grown"]) for r in match} == {("diag", "float64", grown)}
     with pytest.raises(ValueError, match=r"mixed_workers: .* more than the"):
         dataclasses.replace(cfg, mixed_workers=10**5)
 
@@ -308,6 +312,31 @@ def test_the_diag_variant_is_vladymyrovs_four_scalar_update():
         TrainableLSA(3, 1, 2, 1, variant="diag")
     with pytest.raises(ValueError, match="moments_predict"):
         TrainableLSA(3, 1, 2, 1).moments_predict(*args)
+
+
+def test_a_grown_stack_starts_at_the_shallower_stacks_function():
+    """:func:`grow`: a 5-layer DIAG stack grown from a trained-looking 3-layer one predicts what
+    the numpy loop gives for the 3-layer ω alone (the added zero layers are the identity), and a
+    grown full-product stack likewise matches its shallower stack."""
+    rng = np.random.default_rng(1)
+    xc, yc, xq = rng.normal(size=(12, 4)), rng.normal(size=(12, 1)), rng.normal(size=(3, 4))
+    args = [torch.as_tensor(a)[None] for a in (xc, yc, xq)]
+    shallow = TrainableLSA(4, 1, 3, 2, variant="diag", init_scale=0.3, dtype=torch.float64)
+    deep = TrainableLSA(4, 1, 5, 2, variant="diag", init_scale=0.3, seed=9, dtype=torch.float64)
+    grow(deep, shallow)
+    want = diag_loop(shallow.omega.detach().numpy(), xc, yc, xq)
+    with torch.no_grad():
+        got = deep.moments_predict(*args)[0].numpy()
+    bound = 64 * 2**-53 * 5 * 12 * 5 * (np.abs(want).max() + 1.0)
+    assert np.abs(got - want).max() <= bound
+    assert torch.equal(deep.omega[3:], torch.zeros(2, 4, dtype=torch.float64))
+    full_shallow = TrainableLSA(4, 1, 2, 1, init_scale=0.2, dtype=torch.float64)
+    full_deep = TrainableLSA(4, 1, 4, 1, init_scale=0.2, seed=3, dtype=torch.float64)
+    grow(full_deep, full_shallow)
+    with torch.no_grad():
+        a, b = full_deep.forward_predict(*args), full_shallow.forward_predict(*args)
+    # the same 2 layers (the core may order their sums differently at another depth)
+    assert float((a - b).abs().max()) <= 64 * 2**-53 * 2 * 12 * 5 * (float(b.abs().max()) + 1.0)
 
 
 # each claim's verdict on both sides of its threshold and of its regime gate

@@ -410,6 +410,7 @@ def vladymyrov_claim(rows: list[dict[str, Any]]) -> Claim | None:
         model = "full key-query and value products"
     conv = all(r["converged"] for r in match)
     beats = all(r["beats_const"] for r in match)
+    grown = " (each deeper stack grown from the shallower)" if match[0].get("grown") else ""
     met = (
         d == 10
         and n == 20
@@ -435,7 +436,8 @@ def vladymyrov_claim(rows: list[dict[str, Any]]) -> Claim | None:
             VLADYMYROV_REGIME,
             f"linear-attention stacks of {depths} layers, {model}, in "
             f"{match[0].get('dtype', 'float32')}, D = {d}, N = {n}, σ_max ∈ {smax}, {seeds} "
-            f"seed(s), {steps} Adam steps, {'converged' if conv else 'not all converged'}, "
+            f"seed(s), {steps} Adam steps{grown}, "
+            f"{'converged' if conv else 'not all converged'}, "
             f"{'below' if beats else 'not all below'} ConstRR",
             met,
             ""

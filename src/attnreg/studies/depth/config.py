@@ -51,7 +51,9 @@ class DepthConfig:
       ``mixed_batch`` tasks at rate ``mixed_lr`` from weights of scale ``mixed_init_scale``, in
       ``mixed_dtype``, parametrised as ``mixed_variant`` — ``"full"`` products, or ``"diag"``,
       Vladymyrov et al.'s diagonal attention in its four scalars per layer; ``mixed_workers``
-      processes train them side by side, the same numbers as one); curves from
+      processes train them side by side, the same numbers as one; with ``mixed_grow`` each
+      deeper stack starts from the shallower stack of its σ_max and seed, its added layers at
+      zero — the identity — and trains at ``mixed_grow_lr``); curves from
       ``curve_tasks`` tasks. ``noise_layernorm``: a
       pre-attention LayerNorm in every layer of the curve's and the noiseless stacks (the full
       profile's 8- and 12-layer stacks: without it a linear-attention stack is cubic per layer
@@ -114,6 +116,8 @@ class DepthConfig:
     mixed_lr: float = 1e-2
     mixed_init_scale: float = 0.05
     mixed_workers: int = 1
+    mixed_grow: bool = False
+    mixed_grow_lr: float = 2e-4
     noise_steps: int = 600
     curve_tasks: int = 2000
     min_newton_slope_ratio: float = 0.5
@@ -186,6 +190,7 @@ class DepthConfig:
         for name in (
             "lr",
             "mixed_lr",
+            "mixed_grow_lr",
             "tau",
             "min_newton_slope_ratio",
             "max_newton_slope_ratio",
@@ -276,6 +281,8 @@ def full_config(**changes: Any) -> DepthConfig:
         "mixed_lr": 5e-4,
         "mixed_init_scale": 0.0,
         "mixed_workers": min(2, usable_cores()),
+        "mixed_grow": True,
+        "mixed_grow_lr": 2e-4,
         "noise_steps": 4000,
         "curve_tasks": 20000,
     }

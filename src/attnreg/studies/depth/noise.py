@@ -497,6 +497,7 @@ def mixed_rows(cfg: DepthConfig, progress: Progress, bins: int = 4) -> list[dict
                 {"kind": "mixed_match", "sigma_max": smax, "layers": layers, "d": d, "n_ctx": n}
                 | {"seeds": cfg.mixed_seeds, "steps": cfg.mixed_steps}
                 | {"variant": cfg.mixed_variant, "dtype": cfg.mixed_dtype}
+                | {"grown": cfg.mixed_grow}
                 | {f"adjusted_{k}": float((e - oracle).mean()) for k, e in errs.items()}
                 | {"diff": float(diff.mean()), "diff_se": se}
                 | {"z": in_standard_errors(float(diff.mean()), se)}
@@ -513,30 +514,62 @@ Stack = tuple[TrainableLSA, dict[str, Any]]
 def mixed_stacks(cfg: DepthConfig, progress: Progress) -> dict[tuple[int, int, int], Stack]:
     """Every mixed-noise stack, by (σ_max index, depth index, seed index): trained in this
     process, or with ``cfg.mixed_workers > 1`` in that many spawned processes (each stack's
-    data and initialisation are seeded by its indices alone, so the numbers are the same)."""
+    data and initialisation are seeded by its indices alone, so the numbers are the same). A
+    job is one stack, or with ``cfg.mixed_grow`` one (σ_max, seed)'s stacks of every depth in
+    turn (:func:`mixed_chain`)."""
+    depths = list(range(len(cfg.mixed_layers)))
+    chains = [[b] for b in depths] if not cfg.mixed_grow else [depths]
     jobs = [
-        (a, b, s)
+        (a, chain, s)
         for a in range(len(cfg.sigma_maxes))
-        for b in range(len(cfg.mixed_layers))
+        for chain in chains
         for s in range(cfg.mixed_seeds)
     ]
-    if cfg.mixed_workers == 1:
-        return {job: mixed_stack(cfg, *job, progress) for job in jobs}
-    fields = dataclasses.asdict(cfg)
     out: dict[tuple[int, int, int], Stack] = {}
+    if cfg.mixed_workers == 1:
+        for a, chain, s in jobs:
+            for b, stack in zip(chain, mixed_chain(cfg, a, chain, s, progress), strict=True):
+                out[a, b, s] = stack
+        return out
+    fields = dataclasses.asdict(cfg)
     context = multiprocessing.get_context("spawn")
     with (
         ProcessPoolExecutor(cfg.mixed_workers, mp_context=context) as pool,
         progress.stage("mixed-noise stacks", total=len(jobs)) as stage,
     ):
-        futures = {pool.submit(_stack_in_worker, fields, *job): job for job in jobs}
+        futures = {pool.submit(_chain_in_worker, fields, *job): job for job in jobs}
         for future in as_completed(futures):
-            state, conv = future.result()
-            model = _mixed_model(cfg, *futures[future])
-            model.load_state_dict(state)
-            out[futures[future]] = (model, conv)
+            a, chain, s = futures[future]
+            for b, (state, conv) in zip(chain, future.result(), strict=True):
+                model = _mixed_model(cfg, a, b, s)
+                model.load_state_dict(state)
+                out[a, b, s] = (model, conv)
             stage.advance()
     return out
+
+
+def mixed_chain(
+    cfg: DepthConfig, a: int, chain: list[int], s: int, progress: Progress
+) -> list[Stack]:
+    """The stacks of depth indices ``chain`` for σ_max index ``a`` and seed ``s``, trained in
+    turn by :func:`mixed_stack`; with ``cfg.mixed_grow`` each after the first starts from the
+    one before (:func:`grow`)."""
+    stacks: list[Stack] = []
+    for b in chain:
+        start = stacks[-1][0] if cfg.mixed_grow and stacks else None
+        stacks.append(mixed_stack(cfg, a, b, s, progress, start))
+    return stacks
+
+
+def grow(model: TrainableLSA, shallower: TrainableLSA) -> None:
+    """Set ``model``'s first layers to ``shallower``'s weights and its other layers to zero, in
+    place. A zero layer adds nothing to the residual stream (its value products vanish), so the
+    deeper stack starts at the shallower stack's function."""
+    with torch.no_grad():
+        for name, weights in model.named_parameters():
+            given = shallower.get_parameter(name)
+            weights.zero_()
+            weights[: given.shape[0]] = given
 
 
 def _mixed_model(cfg: DepthConfig, a: int, b: int, s: int) -> TrainableLSA:
@@ -558,9 +591,18 @@ def _mixed_seed(cfg: DepthConfig, a: int, b: int, s: int) -> int:
     return cfg.seed * 1000 + 950 + 7 * s + 3 * b + 31 * a
 
 
-def mixed_stack(cfg: DepthConfig, a: int, b: int, s: int, progress: Progress) -> Stack:
+def mixed_stack(
+    cfg: DepthConfig,
+    a: int,
+    b: int,
+    s: int,
+    progress: Progress,
+    start: TrainableLSA | None = None,
+) -> Stack:
     """Stack ``(a, b, s)``: ``mixed_layers[b]`` layers trained on mixed noise up to
-    ``sigma_maxes[a]`` (Vladymyrov et al.'s linear transformers have no LayerNorm), seed ``s``."""
+    ``sigma_maxes[a]`` (Vladymyrov et al.'s linear transformers have no LayerNorm), seed ``s``:
+    from its seeded initialisation at ``cfg.mixed_lr``, or grown from the shallower stack
+    ``start`` (:func:`grow`) at ``cfg.mixed_grow_lr``."""
     smax, layers = cfg.sigma_maxes[a], cfg.mixed_layers[b]
     base = TaskSampler(
         d=cfg.noise_d, n_ctx=cfg.mixed_n_ctx, inputs="gaussian", teacher_scale=cfg.tau
@@ -573,17 +615,21 @@ def mixed_stack(cfg: DepthConfig, a: int, b: int, s: int, progress: Progress) ->
 
     name = f"mixed-noise stack, σ_max = {smax:g}, {layers} layers, seed {s}"
     model = _mixed_model(cfg, a, b, s)
+    lr = cfg.mixed_lr
+    if start is not None:
+        grow(model, start)
+        lr = cfg.mixed_grow_lr
     # the diag stacks train through their moments (the same numbers, no score matrices)
     forward = model.moments_predict if cfg.mixed_variant == "diag" else model.forward_predict
     seed = _mixed_seed(cfg, a, b, s)
-    return _fit(model, forward, draw, cfg.mixed_steps, cfg.mixed_lr, seed, progress, name)
+    return _fit(model, forward, draw, cfg.mixed_steps, lr, seed, progress, name)
 
 
-def _stack_in_worker(
-    fields: dict[str, Any], a: int, b: int, s: int
-) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """:func:`mixed_stack` in a worker process: its weights and convergence."""
+def _chain_in_worker(
+    fields: dict[str, Any], a: int, chain: list[int], s: int
+) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
+    """:func:`mixed_chain` in a worker process: each stack's weights and convergence."""
     cfg = DepthConfig(**fields)
     torch.set_num_threads(cfg.threads)
-    model, conv = mixed_stack(cfg, a, b, s, Progress.quiet())
-    return model.state_dict(), conv
+    stacks = mixed_chain(cfg, a, chain, s, Progress.quiet())
+    return [(model.state_dict(), conv) for model, conv in stacks]
