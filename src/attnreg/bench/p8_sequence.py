@@ -52,6 +52,7 @@ from attnreg.bench.common import (
 )
 from attnreg.bench.limits import Limit, judge, target_text
 from attnreg.bench.p8_floor import FLOOR_CHUNKS, wy_products
+from attnreg.bench.registered import registered_seconds
 from attnreg.bench.sequence_workload import (
     Inputs,
     attnreg_call,
@@ -63,6 +64,9 @@ from attnreg.bench.sequence_workload import (
 from attnreg.bench.sizes import Sizes
 
 MIB = 2**20
+REGISTERED_SHORTER = 8
+"""Every registered layer is also timed, beside the target (not judged), at ``T / 8``: the
+token loops of the 2025 layers take about a second per call at P8's ``T``."""
 P8_LAYERS = ("linear_attention", "delta_rule", "gated_delta_rule", "mesa")
 REPORTED_LAYERS = ("gated_mesa",)  # timed beside the target's layers, not judged
 FRACTION_LAYERS = ("delta_rule", "gated_delta_rule")  # judged on the matmul rate
@@ -239,6 +243,9 @@ def bench_p8(sizes: Sizes, repeat: int, rate: float, threads: int) -> BenchResul
             "matmul_rate_gflops_first": rate / 1e9,
             "delta_fraction_vs_first_rate": flops / delta_sec["attnreg_beside_matmul"] / rate,
             "delta_wy_floor": _floor_rows(delta_sec, floors, flops, local_rate),
+            "registered": registered_seconds(
+                heads, max(length // REGISTERED_SHORTER, 1), d, repeat
+            ),
         },
     )
 

@@ -2,22 +2,29 @@
 its hooked module (where it has one), the regression it reads as, its source and the
 flash-linear-attention reference it is tested against (with the conventions mapped).
 
-The docs' family table (:func:`family_table`) is generated from it, and the tests check that
-every public layer is registered and that every registered fla reference exists in the
-installed ``fla-core``. A new layer is one file of :mod:`attnreg.sequence` plus one
-:func:`register` call here.
+Everything that walks the family iterates it: the docs' family table (:func:`family_table`);
+the tests (every public layer registered, every registered fla reference present in the
+installed ``fla-core``, every layer run on its :class:`Example` in every form); ``attnreg
+verify`` (a row for a layer without rows of its own, against its example's numpy reference);
+``attnreg bench`` (every layer timed beside P8) and the ``layers`` study (any registered layer
+trainable by name). A new layer is one file of :mod:`attnreg.sequence` plus one
+:func:`register` call (here, or from the user's own code).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 
+from attnreg.sequence import examples as ex
 from attnreg.sequence.comba import comba
 from attnreg.sequence.delta_product import delta_product
 from attnreg.sequence.delta_rule import delta_rule
+from attnreg.sequence.examples import Shape
 from attnreg.sequence.forgetting import forgetting_attention
 from attnreg.sequence.generalized_delta import generalized_delta_rule
 from attnreg.sequence.linear_attention import linear_attention
@@ -69,11 +76,32 @@ class FlaReference:
     conventions: str
 
 
+def default_growth(length: int, d_k: int, d_v: int) -> float:
+    """``8 · T · (d_k + d_v)``: the rounding-error factor of ``T`` non-expansive steps, each a
+    sum of ``d_k + d_v``-term products."""
+    return 8.0 * length * (d_k + d_v)
+
+
+@dataclass(frozen=True)
+class Example:
+    """Inputs a layer is meant to run on, for everything that iterates the registry (the
+    registry's tests, ``attnreg verify``, ``attnreg bench``, the ``layers`` study):
+    ``draw(gen, (B, H, T, d_k, d_v), dtype)`` gives its keyword arguments (``q``, ``k``, ``v``
+    and its own; :mod:`attnreg.sequence.examples`); ``reference``, where given, computes the
+    output ``(B, H, T, d_v)`` in numpy from the same arguments as float64 arrays, written as the
+    recurrence is defined (a layer without one is certified by rows of its own); ``growth(T,
+    d_k, d_v)`` is the factor ``m`` of the bound ``|ô − o| ≤ u · m · max(1, max |o|)``."""
+
+    draw: Callable[[torch.Generator, Shape, torch.dtype], dict[str, Any]]
+    reference: Callable[..., np.ndarray] | None = None
+    growth: Callable[[int, int, int], float] = default_growth
+
+
 @dataclass(frozen=True)
 class LayerEntry:
     """A registered layer: its public ``name``, ``function``, the ``forms`` (``mode`` values)
     it computes in, its hooked ``module`` (or ``None``), its ``readings`` (one per
-    configuration) and its ``fla`` references."""
+    configuration), its ``fla`` references and its ``example`` inputs."""
 
     name: str
     function: Callable[..., torch.Tensor]
@@ -81,6 +109,7 @@ class LayerEntry:
     readings: tuple[Reading, ...]
     fla: tuple[FlaReference, ...] = ()
     module: type | None = None
+    example: Example | None = None
 
 
 REGISTRY: dict[str, LayerEntry] = {}
@@ -153,6 +182,7 @@ def _register_all() -> None:
                 FlaReference("gla", "naive_recurrent_gla", f"{LAYOUT}; per-channel {LOG}"),
             ),
             LinearAttentionLayer,
+            example=Example(ex.plain),
         )
     )
     register(
@@ -195,6 +225,7 @@ def _register_all() -> None:
                 FlaReference("kda", "naive_recurrent_kda", f"{LAYOUT}; per-channel {LOG}"),
             ),
             DeltaRuleLayer,
+            example=Example(ex.with_step),
         )
     )
     register(
@@ -219,6 +250,7 @@ def _register_all() -> None:
                     f"{LAYOUT}; a token's n_h steps stacked on fla's time axis; {LOG}",
                 ),
             ),
+            example=Example(ex.delta_product_example),
         )
     )
     register(
@@ -245,6 +277,7 @@ def _register_all() -> None:
                     f"fla's alpha, beta → our b, a; per-channel {LOG}; its fixed {SCALE}",
                 ),
             ),
+            example=Example(ex.rwkv7_example),
         )
     )
     register(
@@ -265,6 +298,7 @@ def _register_all() -> None:
                 ),
             ),
             (FlaReference("comba", "naive_recurrent_comba", f"{LAYOUT}; {LOG}"),),
+            example=Example(ex.comba_example),
         )
     )
     register(
@@ -290,6 +324,7 @@ def _register_all() -> None:
                     f"{LAYOUT}; log α, log μ → decay, momentum",
                 ),
             ),
+            example=Example(ex.heavy_ball),
         )
     )
     register(
@@ -307,6 +342,7 @@ def _register_all() -> None:
                     "Titans' linear memory (Behrouz, Zhong & Mirrokni 2025)",
                 ),
             ),
+            example=Example(ex.titans_example),
         )
     )
     register(
@@ -325,6 +361,7 @@ def _register_all() -> None:
                 ),
             ),
             (FlaReference("ttt", "ttt_linear", "layout ours; norm=True; η per token"),),
+            example=Example(ex.ttt_example),
         )
     )
     register(
@@ -343,6 +380,7 @@ def _register_all() -> None:
                 ),
             ),
             module=LonghornLayer,
+            example=Example(ex.longhorn_example),
         )
     )
     register(
@@ -362,6 +400,7 @@ def _register_all() -> None:
             ),
             (FlaReference("mesa_net", "naive_mesa_net_exact", f"{LAYOUT}; {LOG}"),),
             MesaNetLayer,
+            example=Example(ex.mesa_example),
         )
     )
     register(
@@ -386,6 +425,7 @@ def _register_all() -> None:
                     f"{LAYOUT}; {LOG}; level scales (B, T, H, L)",
                 ),
             ),
+            example=Example(ex.log_linear_example),
         )
     )
     register(
@@ -404,6 +444,7 @@ def _register_all() -> None:
                 ),
             ),
             module=SoftmaxAttentionLayer,
+            example=Example(ex.plain),
         )
     )
     register(
@@ -428,6 +469,7 @@ def _register_all() -> None:
                     f"{LAYOUT}; log forget gates g → forget=exp(g)",
                 ),
             ),
+            example=Example(ex.forgetting_example),
         )
     )
     register(
@@ -447,6 +489,7 @@ def _register_all() -> None:
                 ),
             ),
             (FlaReference("stickbreaking_attn", "naive_stickbreaking_attn", LAYOUT),),
+            example=Example(ex.plain),
         )
     )
     register(
@@ -465,6 +508,7 @@ def _register_all() -> None:
                 ),
             ),
             module=LocalLinearAttentionLayer,
+            example=Example(ex.local_linear_example),
         )
     )
 

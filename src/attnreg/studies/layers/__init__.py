@@ -27,7 +27,14 @@ SPEC = StudySpec(
     ledger=True,
     title="layers — what each sequence layer learns in context",
     extras=(
-        Extra("--layers", "layers", "Comma-separated subset of the layers to train.", comma_list),
+        Extra(
+            "--layers",
+            "layers",
+            "Comma-separated layers to train: linear, delta, longhorn, mesa, softmax, "
+            "local_linear (the default, scalars learned), or any other registered sequence "
+            "layer by name (titans, comba, …; its example's arguments, not learned).",
+            comma_list,
+        ),
         Extra("--threads", "threads", "Torch intra-op threads (1 is fastest here).", int),
     ),
 )

@@ -27,6 +27,15 @@ LAYERS = {
 TASK_KINDS = ("clean", "noisy")
 
 
+def layer_choices() -> dict[str, str]:
+    """What ``layers`` may name: :data:`LAYERS` (the default), then every other registered
+    sequence layer (``attnreg.studies.layers.model.registered_layers``; imported here, on
+    use, because the registry imports every layer)."""
+    from attnreg.studies.layers.model import registered_layers
+
+    return LAYERS | registered_layers()
+
+
 @dataclass
 class LayersConfig:
     """``attnreg layers`` settings (every field has a default: the quick profile).
@@ -35,14 +44,15 @@ class LayersConfig:
     ``"clean"`` tasks are icl's (``x ~ U(−0.5, 0.5)^d``, no noise); ``"noisy"`` tasks have
     Gaussian inputs with a covariance of condition number ``condition`` (the same trace) and
     label noise ``noise_std``. Each layer of ``layers`` is trained for ``steps`` Adam steps on
-    fresh batches of ``batch`` tasks. Memory: ``memory_d``-dimensional unit keys with pairwise
-    correlation ρ ∈ ``memory_rhos``, ``N = r·memory_d`` pairs for r ∈ ``memory_ratios``,
-    ``memory_trials`` draws each; a pair is recalled when its relative squared error is at most
-    ``recall_eps``. The multi-pass DeltaNet writes the pairs until its largest relative residual
-    is at most ``memory_tol``, it reaches no new lowest in ``memory_stall`` passes, or
-    ``memory_passes`` passes (the cap). Checks: Mesa's largest relative squared error at
-    ``N ≤ d`` at most ``max_mesa_error``; each trained layer's best family's held-out R² at
-    least ``min_r2`` (clean tasks)."""
+    fresh batches of ``batch`` tasks (``layers``: keys of :data:`LAYERS`, or the name of any
+    other registered sequence layer, :func:`layer_choices`). Memory: ``memory_d``-dimensional
+    unit keys with pairwise correlation ρ ∈ ``memory_rhos``, ``N = r·memory_d`` pairs for r ∈
+    ``memory_ratios``, ``memory_trials`` draws each; a pair is recalled when its relative
+    squared error is at most ``recall_eps``. The multi-pass DeltaNet writes the pairs until its
+    largest relative residual is at most ``memory_tol``, it reaches no new lowest in
+    ``memory_stall`` passes, or ``memory_passes`` passes (the cap). Checks: Mesa's largest
+    relative squared error at ``N ≤ d`` at most ``max_mesa_error``; each trained layer's best
+    family's held-out R² at least ``min_r2`` (clean tasks)."""
 
     seed: int = 0
     d: int = 5
@@ -102,6 +112,8 @@ class LayersConfig:
             if not values:
                 raise ValueError(f"{name}: must list at least one")
             for value in values:
+                if name == "layers" and value not in LAYERS:
+                    choices = layer_choices()
                 check_choice(name, value, choices)
         for name in (
             "lr",

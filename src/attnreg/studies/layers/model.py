@@ -9,7 +9,10 @@ DeltaNet's and Longhorn's step β and Mesa's ridge λ (each the softplus of a fr
 linear and softmax attention have none (their scale lives in ``W_Q``); local linear attention's
 λ is a plain number in :func:`attnreg.sequence.local_linear_attention` (not differentiable), so
 it stays at :data:`LOCAL_LINEAR_LAM`. ``W_Q``, ``W_K`` start at the identity plus
-``N(0, init_noise²)`` noise.
+``N(0, init_noise²)`` noise. Any other registered layer (:data:`attnreg.sequence.registry.
+REGISTRY`, :func:`registered_layers`) trains ``W_Q``, ``W_K`` alone, its own arguments — steps,
+gates, decays — drawn by its :class:`~attnreg.sequence.registry.Example` from the model's seed
+(the same numbers at every call of one shape), not learned.
 """
 
 from __future__ import annotations
@@ -28,6 +31,34 @@ from attnreg.sequence import (
     softmax_attention,
 )
 
+REGISTERED_AS = {
+    "linear": "linear_attention",
+    "delta": "delta_rule",
+    "longhorn": "longhorn",
+    "mesa": "mesa",
+    "softmax": "softmax_attention",
+    "local_linear": "local_linear_attention",
+}
+"""The registered layer (``attnreg.sequence.registry``) each of the study's own layers
+(``attnreg.studies.layers.config.LAYERS``) is."""
+
+
+def registered_layers() -> dict[str, str]:
+    """The registered layers the study can train beside its own (:data:`REGISTERED_AS`, trained
+    with their scalars learned): those whose example keys have the contract's shape
+    ``(B, H, T, d_k)``, by name, each described by its first reading's source."""
+    from attnreg.sequence.registry import REGISTRY
+
+    out = {}
+    for name, entry in REGISTRY.items():
+        if name in REGISTERED_AS.values() or entry.example is None:
+            continue
+        x = entry.example.draw(torch.Generator().manual_seed(0), (1, 1, 2, 2, 1), torch.float64)
+        if x["k"].shape == x["q"].shape:
+            out[name] = f"{entry.readings[0].source} (registered; its example's arguments)"
+    return out
+
+
 SCALAR = {"delta": 0.5, "longhorn": 1.0, "mesa": 0.1}  # initial values of the learned scalars
 LOCAL_LINEAR_LAM = 0.1
 
@@ -44,6 +75,7 @@ class InContextLayer(nn.Module):
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
         self.kind = kind
+        self.seed = seed
         eye = torch.eye(d)
         self.w_q = nn.Parameter(eye + init_noise * torch.randn(d, d, generator=gen))
         self.w_k = nn.Parameter(eye + init_noise * torch.randn(d, d, generator=gen))
@@ -68,7 +100,20 @@ class InContextLayer(nn.Module):
             return mesa(q, k, v, 1.0, lam=s, mode="recurrent")
         if self.kind == "softmax":
             return softmax_attention(q, k, v)
-        return local_linear_attention(q, k, v, lam=LOCAL_LINEAR_LAM)
+        if self.kind == "local_linear":
+            return local_linear_attention(q, k, v, lam=LOCAL_LINEAR_LAM)
+        return self._registered(q, k, v)
+
+    def _registered(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """A registered layer at its example's arguments for this shape, drawn from the
+        model's seed (see the module docstring)."""
+        from attnreg.sequence.registry import REGISTRY
+
+        entry = REGISTRY[self.kind]
+        assert entry.example is not None
+        gen = torch.Generator().manual_seed(self.seed)
+        drawn = entry.example.draw(gen, (*q.shape, v.shape[-1]), q.dtype)
+        return entry.function(**(drawn | {"q": q, "k": k, "v": v}))
 
     def positions(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Read-out at every position: ``x (B, N+1, d)``, ``y (B, N+1 or N, dy)`` ->

@@ -36,7 +36,7 @@ from attnreg.explaining import Explanation, FamilyFit, explain
 from attnreg.progress import Progress
 from attnreg.studies.common import StudyResult
 from attnreg.studies.layers.claims import layers_claims
-from attnreg.studies.layers.config import LAYERS, LayersConfig
+from attnreg.studies.layers.config import LayersConfig, layer_choices
 from attnreg.studies.layers.curves import (
     make_sampler,
     position_losses,
@@ -148,7 +148,7 @@ def _run(cfg: LayersConfig, progress: Progress) -> StudyResult:
                     "kind": "layer",
                     "tasks": kind,
                     "layer": layer,
-                    "description": LAYERS[layer],
+                    "description": layer_choices()[layer],
                     "learned": model.scalar(),
                     "loss_last": float(losses[-1]),
                     "loss_mean": float(losses.mean()),

@@ -38,6 +38,7 @@ recurrence on the CPU, Mesa's chunked form).
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -62,6 +63,7 @@ from attnreg.sequence import (
     ttt_linear,
 )
 from attnreg.sequence.log_linear import levels
+from attnreg.sequence.registry import REGISTRY, LayerEntry
 from attnreg.studies.verify import references as ref
 from attnreg.studies.verify.config import (
     DTYPES,
@@ -276,6 +278,36 @@ def family_rows(
     ]
 
 
+def registered_row(
+    entry: LayerEntry,
+    q: np.ndarray,
+    key: np.ndarray,
+    v: np.ndarray,
+    shape: str,
+    dtype: str,
+    cfg: VerifyConfig,
+) -> dict[str, Any]:
+    """The row of a registered layer that has no rows of its own: the layer on the case's
+    tokens (one head; its other arguments drawn by its :class:`Example`, from a generator
+    seeded by the layer, the case and the dtype) against the example's numpy reference on the
+    same numbers, within ``u · growth(T, d_k, d_v)`` of ``max |o|``."""
+    dt = DTYPES[dtype]
+    b, t, d_k = q.shape
+    seed = zlib.crc32(f"{entry.name}|{shape}|{dtype}".encode())
+    assert entry.example is not None and entry.example.reference is not None
+    drawn = entry.example.draw(torch.Generator().manual_seed(seed), (b, 1, t, d_k, v.shape[-1]), dt)
+    tokens = {"q": q[:, None], "k": key[:, None], "v": round_to(v, dtype)[:, None]}
+    args = drawn | {name: torch.as_tensor(a, dtype=dt) for name, a in tokens.items()}
+    numbers = {
+        name: a.numpy().astype(np.float64) if isinstance(a, torch.Tensor) else a
+        for name, a in args.items()
+    }
+    expected = entry.example.reference(**numbers)[:, 0]
+    bound = unit_roundoff(dtype) * entry.example.growth(t, d_k, v.shape[-1])
+    spec = (f"sequence: {entry.name} (registered)", "its registered numpy reference", bound)
+    return measure(spec, _one_head(lambda: entry.function(**args)), expected, shape, dtype, cfg)
+
+
 def _one_head(run: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
     """``run()``'s output ``(B, 1, T, d_v)`` as ``(B, T, d_v)``."""
     return lambda: run()[:, 0]
@@ -366,4 +398,11 @@ def sequence_rows(
         size = max(float(np.abs(expected).max()), floor)
         spec = (name, reference, unit * magnitude / size)
         measured.append(measure(spec, _one_head(run), np.ldexp(expected, k), shape, dtype, cfg))
+    measured += [
+        registered_row(entry, q, key, np.ldexp(v, k), shape, dtype, cfg)
+        for entry in REGISTRY.values()
+        if entry.name not in LAYER_OF_ROW.values()
+        and entry.example is not None
+        and entry.example.reference is not None
+    ]
     return measured
