@@ -26,55 +26,13 @@ def heads(fn, *arrays):
     return np.array(results)
 
 
-def channel_weighted_sum(q, k, v, alpha):
-    """One decay per key channel (one head, ``alpha (T, d_k)``): ``o_t = Σ_{i≤t} Σ_c q_{t,c}
-    γ_{t,i,c} k_{i,c} v_i`` with ``γ_{t,i,c} = Π_{i<j≤t} α_{j,c}``, each channel's weights
-    from :func:`decay_weights`, and the elementwise magnitude that bounds its rounding."""
-    out, mag = np.zeros((len(q), v.shape[1])), np.zeros((len(q), v.shape[1]))
-    for c in range(k.shape[1]):
-        g = decay_weights(alpha[:, c])
-        out += (g * np.outer(q[:, c], k[:, c])) @ v
-        mag += (g * np.outer(np.abs(q[:, c]), np.abs(k[:, c]))) @ np.abs(v)
-    return out, mag
-
-
-def diagonal_proximal(q, k, v, beta):
-    """Longhorn's diagonal approximation (one head): ``W ← W diag(1 − ε k ⊙ k) + ε v kᵀ``."""
-    w = np.zeros((v.shape[1], k.shape[1]))
-    out = []
-    for t in range(len(k)):
-        eps = beta[t] / (1 + beta[t] * k[t] @ k[t])
-        w = w * (1 - eps * k[t] ** 2)[None, :] + eps * np.outer(v[t], k[t])
-        out.append(w @ q[t])
-    return np.array(out)
-
-
 def decayed_ridge(q, k, v, beta, alpha, lam):
-    """Mesa (one head): ``W_t = argmin Σ_{i≤t} γ_{t,i} β_i ‖W k_i − v_i‖² + Σ_j λ_j ‖W e_j‖²``
-    by least squares on the stacked rows ``√(γβ) k_i`` and ``√λ_j e_j``, ``o_t = W_t q_t``. Also
-    the bound's ingredients: ``x = (H^{kk}+Λ)⁻¹ q``, ``‖(H^{kk}+Λ)⁻¹‖``, ``‖H^{kv}‖`` and the
-    magnitudes ``Σ γβ‖k‖² + max λ``, ``Σ γβ‖k‖‖v‖``."""
-    g = decay_weights(alpha)
-    lam = np.broadcast_to(lam, (k.shape[1],))
-    penalty = np.diag(np.sqrt(lam))
-    out, parts = [], []
-    for t in range(len(k)):
-        c = np.sqrt(g[t, : t + 1] * beta[: t + 1])[:, None]
-        rows = np.vstack([c * k[: t + 1], penalty])
-        targets = np.vstack([c * v[: t + 1], np.zeros((len(lam), v.shape[1]))])
-        w = np.linalg.lstsq(rows, targets, rcond=None)[0].T
-        out.append(w @ q[t])
-        a = rows.T @ rows
-        inv = np.linalg.inv(a)
-        x = inv @ q[t]
-        kv = (c * k[: t + 1]).T @ (c * v[: t + 1])
-        weights = g[t, : t + 1] * beta[: t + 1]
-        mag_kk = weights @ (k[: t + 1] ** 2).sum(1) + lam.max()
-        mag_kv = weights @ (np.linalg.norm(k[: t + 1], axis=1) * np.linalg.norm(v[: t + 1], axis=1))
-        parts.append(
-            np.linalg.norm(x) * (np.linalg.norm(inv, 2) * mag_kk * np.linalg.norm(kv, 2) + mag_kv)
-        )
-    return np.array(out), np.array(parts)
+    """Mesa (one head, :func:`attnreg.studies.verify.references.weighted_ridge_per_prefix`,
+    ``lam`` a number or ``(d_k,)``) and its bound's magnitudes without verify's factor
+    ``8 (d + n_t)``, which the tests here apply themselves."""
+    lam = np.broadcast_to(np.asarray(lam, dtype=np.float64), (k.shape[1],))
+    out, bound = vref.weighted_ridge_per_prefix(q, k, v, beta, alpha, lam)
+    return out, bound / (8 * (k.shape[1] + vref.log_budget(alpha)))
 
 
 # the references attnreg verify uses too (one set): their bounds carry a factor 4 that the tests
@@ -84,6 +42,8 @@ log_budget = vref.log_budget
 lms = vref.lms_iterates  # (outputs, Σ γ β ‖k‖ ‖v‖): the tests scale it to their bounds
 weighted_sum = vref.decayed_terms  # (outputs, elementwise magnitudes)
 softmax_weights = vref.softmax_weights
+channel_weighted_sum = vref.channel_decayed_terms
+diagonal_proximal = vref.diagonal_implicit_step
 
 
 def proximal(q, k, v, beta):

@@ -164,6 +164,18 @@ def decayed_terms(q: Array, k: Array, v: Array, alpha: Array) -> tuple[Array, Ar
     return (g * (q @ k.T)) @ v, (g * (np.abs(q) @ np.abs(k).T)) @ np.abs(v)
 
 
+def channel_decayed_terms(q: Array, k: Array, v: Array, alpha: Array) -> tuple[Array, Array]:
+    """One decay per key channel (GLA, ``alpha (T, d_k)``): ``o_t = Σ_{i≤t} Σ_c q_{t,c}
+    γ_{t,i,c} k_{i,c} v_i`` with ``γ_{t,i,c} = Π_{i<j≤t} α_{j,c}`` (each channel's weights from
+    :func:`decay_weights`), and the elementwise magnitude that bounds its rounding."""
+    out, mag = np.zeros((len(q), v.shape[1])), np.zeros((len(q), v.shape[1]))
+    for c in range(k.shape[1]):
+        g = decay_weights(alpha[:, c])
+        out += (g * np.outer(q[:, c], k[:, c])) @ v
+        mag += (g * np.outer(np.abs(q[:, c]), np.abs(k[:, c]))) @ np.abs(v)
+    return out, mag
+
+
 def lms_loop(q: Array, k: Array, v: Array, beta: Array, alpha: Array) -> tuple[Array, Array]:
     """The (gated) delta rule as online least squares: ``W ← α_t W`` (``W Diag(α_t)`` with one
     decay per key channel, ``alpha (T, d_k)``), then the gradient step
@@ -205,6 +217,18 @@ def implicit_step_loop(q: Array, k: Array, v: Array, beta: Array) -> tuple[Array
         out.append(w @ q[t])
     eps = beta / (1 + beta * (k * k).sum(1))
     return np.array(out), lms_loop(q, k, v, eps, np.ones(len(k)))[1]
+
+
+def diagonal_implicit_step(q: Array, k: Array, v: Array, beta: Array) -> Array:
+    """Longhorn's diagonal approximation: ``W ← W diag(1 − ε_t k_t ⊙ k_t) + ε_t v_t k_tᵀ`` with
+    ``ε_t = β_t / (1 + β_t ‖k_t‖²)``, ``o_t = W_t q_t``."""
+    w = np.zeros((v.shape[1], k.shape[1]))
+    out = []
+    for t in range(len(k)):
+        eps = beta[t] / (1 + beta[t] * k[t] @ k[t])
+        w = w * (1 - eps * k[t] ** 2)[None, :] + eps * np.outer(v[t], k[t])
+        out.append(w @ q[t])
+    return np.array(out)
 
 
 def weighted_ridge_per_prefix(
