@@ -32,7 +32,6 @@ from attnreg.studies.depth.noise import (
     RidgeBaselines,
     converged,
     curve_rows,
-    grow,
     mixed_rows,
     mixed_tasks,
     noise_estimate,
@@ -315,15 +314,16 @@ def test_the_diag_variant_is_vladymyrovs_four_scalar_update():
 
 
 def test_a_grown_stack_starts_at_the_shallower_stacks_function():
-    """:func:`grow`: a 5-layer DIAG stack grown from a trained-looking 3-layer one predicts what
-    the numpy loop gives for the 3-layer ω alone (the added zero layers are the identity), and a
-    grown full-product stack likewise matches its shallower stack."""
+    """``TrainableLSA.grow_from``: a 5-layer DIAG stack grown from a trained-looking 3-layer one
+    predicts what the numpy loop gives for the 3-layer ω alone (the added zero layers are the
+    identity), and grown full-product stacks, with and without LayerNorm, match their shallower
+    stacks; a deeper stack cannot seed a shallower one."""
     rng = np.random.default_rng(1)
     xc, yc, xq = rng.normal(size=(12, 4)), rng.normal(size=(12, 1)), rng.normal(size=(3, 4))
     args = [torch.as_tensor(a)[None] for a in (xc, yc, xq)]
     shallow = TrainableLSA(4, 1, 3, 2, variant="diag", init_scale=0.3, dtype=torch.float64)
     deep = TrainableLSA(4, 1, 5, 2, variant="diag", init_scale=0.3, seed=9, dtype=torch.float64)
-    grow(deep, shallow)
+    deep.grow_from(shallow)
     want = diag_loop(shallow.omega.detach().numpy(), xc, yc, xq)
     with torch.no_grad():
         got = deep.moments_predict(*args)[0].numpy()
@@ -332,11 +332,21 @@ def test_a_grown_stack_starts_at_the_shallower_stacks_function():
     assert torch.equal(deep.omega[3:], torch.zeros(2, 4, dtype=torch.float64))
     full_shallow = TrainableLSA(4, 1, 2, 1, init_scale=0.2, dtype=torch.float64)
     full_deep = TrainableLSA(4, 1, 4, 1, init_scale=0.2, seed=3, dtype=torch.float64)
-    grow(full_deep, full_shallow)
+    full_deep.grow_from(full_shallow)
     with torch.no_grad():
         a, b = full_deep.forward_predict(*args), full_shallow.forward_predict(*args)
     # the same 2 layers (the core may order their sums differently at another depth)
     assert float((a - b).abs().max()) <= 64 * 2**-53 * 2 * 12 * 5 * (float(b.abs().max()) + 1.0)
+    norm_shallow = TrainableLSA(4, 1, 2, 1, init_scale=0.2, layernorm=True, dtype=torch.float64)
+    norm_deep = TrainableLSA(
+        4, 1, 3, 1, init_scale=0.2, layernorm=True, seed=5, dtype=torch.float64
+    )
+    norm_deep.grow_from(norm_shallow)
+    with torch.no_grad():
+        a, b = norm_deep.forward_predict(*args), norm_shallow.forward_predict(*args)
+    assert float((a - b).abs().max()) <= 64 * 2**-53 * 2 * 12 * 5 * (float(b.abs().max()) + 1.0)
+    with pytest.raises(ValueError, match="shallower"):
+        norm_shallow.grow_from(norm_deep)
 
 
 # each claim's verdict on both sides of its threshold and of its regime gate

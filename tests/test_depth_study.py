@@ -212,6 +212,25 @@ def test_trained_stacks_switch_residual_and_layernorm():
             DepthConfig(**{key: "no"})
 
 
+def test_grown_stacks_start_from_the_shallower_and_keep_the_plain_rows_otherwise():
+    """``train_grow``: the depths train in increasing order (given as [2, 1]), the deeper from
+    the shallower (``TrainableLSA.grow_from``, tested in ``test_depth_noise.py``); every seed's
+    Fu rows say their stack was grown; ``train_grow=False`` gives the default's rows."""
+    from attnreg.progress import Progress
+    from attnreg.studies.depth.trained import trained_rows
+
+    small = TINY | {"train_layers": [2, 1], "max_iterates": 3, "fu_seeds": 2}
+    plain = trained_rows(DepthConfig(**small), Progress.quiet())
+    assert plain == trained_rows(DepthConfig(**small, train_grow=False), Progress.quiet())
+    grown = trained_rows(DepthConfig(**small, train_grow=True), Progress.quiet())
+    trends = [r for r in grown if r["kind"] == "fu_trend"]
+    assert trends and all(r["grown"] for r in trends)
+    assert {r["seed"] for r in trends} == {0, 1}
+    assert next(r["layers"] for r in grown if r["kind"] == "trained") == 1
+    with pytest.raises(ValueError, match="train_grow"):
+        DepthConfig(train_grow="yes")
+
+
 def test_the_command_writes_the_json_rows(tmp_path):
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(TINY | {"cap": 20, "kappas": [1.0, 10.0]}))

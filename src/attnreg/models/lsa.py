@@ -178,6 +178,30 @@ class TrainableLSA(LayoutModel):
             pv = self.pv[layer]
         return pv * self.pv_mask
 
+    def grow_from(self, shallower: TrainableLSA) -> None:
+        """Start this stack at ``shallower``'s function, in place: its first layers take
+        ``shallower``'s weights and its other layers are zero (a layer whose value products
+        vanish adds nothing to the residual stream: the identity); per-layer modules the
+        shallower stack does not have (a new layer's LayerNorm) keep their initialisation. Both
+        stacks must be of one variant and width, this one no shallower."""
+        if (shallower.variant, shallower.width) != (self.variant, self.width):
+            raise ValueError("shallower: must be a stack of the same variant and width")
+        if shallower.n_weight_sets > self.n_weight_sets:
+            raise ValueError(
+                f"shallower: has {shallower.n_weight_sets} layers, more than this stack's "
+                f"{self.n_weight_sets}"
+            )
+        given = dict(shallower.named_parameters())
+        with torch.no_grad():
+            for name, weights in self.named_parameters():
+                if name not in given:
+                    continue
+                if name.startswith("norms."):
+                    weights.copy_(given[name])
+                else:
+                    weights.zero_()
+                    weights[: given[name].shape[0]] = given[name]
+
     def moments_predict(
         self, x_ctx: torch.Tensor, y_ctx: torch.Tensor, x_query: torch.Tensor
     ) -> torch.Tensor:

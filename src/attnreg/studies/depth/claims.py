@@ -195,7 +195,9 @@ def fu_regime(trends: list[dict[str, Any]]) -> Regime:
     run = (
         f"{t['layers']}-layer linear-attention stacks, d = {t['d']}, "
         f"N = {', '.join(str(n) for n in dict.fromkeys(r['n_ctx'] for r in trends))}, "
-        f"κ = {kappas}, {t['steps']} Adam steps, "
+        f"κ = {kappas}, {t['steps']} Adam steps"
+        + (" (each stack grown from the shallower)" if t.get("grown") else "")
+        + ", "
         + ("a random rotation of Σ per task" if t["rotation"] else "one Σ for every task")
         + f"{over_seeds(trends)}; converged in {done} of {len(trends)} runs, below GD's loss "
         f"after {t['layers']} steps in {beats}; metric: cosine of the error vectors over N "

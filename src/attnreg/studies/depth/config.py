@@ -34,7 +34,9 @@ class DepthConfig:
       stream, von Oswald et al.'s architecture) and ``train_layernorm`` (default false: a
       pre-attention LayerNorm in every layer) switch the trained stacks' architecture;
       ``train_rotation`` (default false) gives each task its own random rotation of ``Σ`` (Fu
-      et al.'s data). The deepest stack is also matched by Fu et al.'s metric (cosine of the
+      et al.'s data); ``train_grow`` (default false) trains the depths in increasing order,
+      each stack starting from the one before with its added layers at zero (the identity).
+      The deepest stack is also matched by Fu et al.'s metric (cosine of the
       error vectors against Newton's iterates 0–23 and GD's to 1024 steps), with
       ``fu_bootstrap`` bootstrap replicates over the evaluation tasks for its error bars; the
       deepest stack of each cell is trained ``fu_seeds`` times (seed 0 is the stack the other
@@ -86,6 +88,7 @@ class DepthConfig:
     train_residual: bool = True
     train_layernorm: bool = False
     train_rotation: bool = False
+    train_grow: bool = False
     fu_bootstrap: int = 100
     fu_seeds: int = 1
     steps: int = 500

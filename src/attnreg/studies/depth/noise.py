@@ -553,23 +553,12 @@ def mixed_chain(
 ) -> list[Stack]:
     """The stacks of depth indices ``chain`` for σ_max index ``a`` and seed ``s``, trained in
     turn by :func:`mixed_stack`; with ``cfg.mixed_grow`` each after the first starts from the
-    one before (:func:`grow`)."""
+    one before (:meth:`TrainableLSA.grow_from`)."""
     stacks: list[Stack] = []
     for b in chain:
         start = stacks[-1][0] if cfg.mixed_grow and stacks else None
         stacks.append(mixed_stack(cfg, a, b, s, progress, start))
     return stacks
-
-
-def grow(model: TrainableLSA, shallower: TrainableLSA) -> None:
-    """Set ``model``'s first layers to ``shallower``'s weights and its other layers to zero, in
-    place. A zero layer adds nothing to the residual stream (its value products vanish), so the
-    deeper stack starts at the shallower stack's function."""
-    with torch.no_grad():
-        for name, weights in model.named_parameters():
-            given = shallower.get_parameter(name)
-            weights.zero_()
-            weights[: given.shape[0]] = given
 
 
 def _mixed_model(cfg: DepthConfig, a: int, b: int, s: int) -> TrainableLSA:
@@ -602,7 +591,7 @@ def mixed_stack(
     """Stack ``(a, b, s)``: ``mixed_layers[b]`` layers trained on mixed noise up to
     ``sigma_maxes[a]`` (Vladymyrov et al.'s linear transformers have no LayerNorm), seed ``s``:
     from its seeded initialisation at ``cfg.mixed_lr``, or grown from the shallower stack
-    ``start`` (:func:`grow`) at ``cfg.mixed_grow_lr``."""
+    ``start`` (:meth:`TrainableLSA.grow_from`) at ``cfg.mixed_grow_lr``."""
     smax, layers = cfg.sigma_maxes[a], cfg.mixed_layers[b]
     base = TaskSampler(
         d=cfg.noise_d, n_ctx=cfg.mixed_n_ctx, inputs="gaussian", teacher_scale=cfg.tau
@@ -617,7 +606,7 @@ def mixed_stack(
     model = _mixed_model(cfg, a, b, s)
     lr = cfg.mixed_lr
     if start is not None:
-        grow(model, start)
+        model.grow_from(start)
         lr = cfg.mixed_grow_lr
     # the diag stacks train through their moments (the same numbers, no score matrices)
     forward = model.moments_predict if cfg.mixed_variant == "diag" else model.forward_predict

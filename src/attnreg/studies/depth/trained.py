@@ -131,10 +131,13 @@ def train_stack(
     cfg: DepthConfig,
     seed: int,
     progress: Progress,
+    start: TrainableLSA | None = None,
 ) -> tuple[TrainableLSA, TrainResult]:
     """A ``layers``-deep LSA (residual stream and LayerNorm as ``cfg.train_residual`` and
     ``cfg.train_layernorm`` say) trained by Adam (cosine schedule, clip 10) on fresh batches of
-    ``cfg.batch`` tasks from ``sampler`` (float32), and the run's result (its losses)."""
+    ``cfg.batch`` tasks from ``sampler`` (float32), and the run's result (its losses); from its
+    seeded initialisation, or grown from the shallower stack ``start``
+    (:meth:`TrainableLSA.grow_from`)."""
     model = TrainableLSA(
         sampler.d,
         1,
@@ -144,6 +147,8 @@ def train_stack(
         residual=cfg.train_residual,
         layernorm=cfg.train_layernorm,
     )
+    if start is not None:
+        model.grow_from(start)
     gen = generator(seed)
 
     def loss_fn(step: int) -> torch.Tensor:
@@ -198,9 +203,12 @@ def trained_rows(cfg: DepthConfig, progress: Progress) -> list[dict[str, Any]]:
                     {"kind": "iterate", "kappa": kappa, "n_ctx": n, "method": method}
                     | {"iterate": k, "loss": loss}
                 )
-        for depth in cfg.train_layers:
+        depths = sorted(cfg.train_layers) if cfg.train_grow else cfg.train_layers
+        model: TrainableLSA | None = None
+        for depth in depths:
             seed = cfg.seed * 1000 + 100 * ci + depth
-            model, result = train_stack(cell, depth, cfg.steps, cfg, seed, progress)
+            start: TrainableLSA | None = model if cfg.train_grow else None
+            model, result = train_stack(cell, depth, cfg.steps, cfg, seed, progress, start)
             preds = model.depth_predictions(test.x_ctx, test.y_ctx, test.x_query)
             losses = layer_losses(preds, test)
             for method in METHODS:
@@ -213,12 +221,30 @@ def trained_rows(cfg: DepthConfig, progress: Progress) -> list[dict[str, Any]]:
                 continue
             rows += fu_rows(cfg, (kappa, n), test, preds, result, ci)
             for s in range(1, cfg.fu_seeds):
-                model, result = train_stack(
-                    cell, depth, cfg.steps, cfg, seed + 10_000 * s, progress
-                )
+                model, result = deepest_stack(cell, depths, cfg, ci, 10_000 * s, progress)
                 preds = model.depth_predictions(test.x_ctx, test.y_ctx, test.x_query)
                 rows += fu_rows(cfg, (kappa, n), test, preds, result, ci, s)
     return rows
+
+
+def deepest_stack(
+    cell: CellSampler,
+    depths: list[int],
+    cfg: DepthConfig,
+    index: int,
+    offset: int,
+    progress: Progress,
+) -> tuple[TrainableLSA, TrainResult]:
+    """Another seed of cell ``index``'s deepest stack (its seeds shifted by ``offset``): trained
+    from its initialisation, or with ``cfg.train_grow`` at the end of its own chain of the
+    shallower depths (trained, not reported)."""
+    chain = depths if cfg.train_grow else [max(depths)]
+    model: TrainableLSA | None = None
+    for depth in chain:
+        seed = cfg.seed * 1000 + 100 * index + depth + offset
+        model, result = train_stack(cell, depth, cfg.steps, cfg, seed, progress, model)
+    assert model is not None
+    return model, result
 
 
 def fu_rows(
@@ -263,6 +289,7 @@ def fu_rows(
         "d": cfg.train_d,
         "steps": len(result.losses),
         "rotation": cfg.train_rotation,
+        "grown": cfg.train_grow,
         "converged": ok,
         "loss_fall": fall,
         "loss": float(query_loss(preds[-1], test.y_query)),
