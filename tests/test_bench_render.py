@@ -86,6 +86,19 @@ def test_a_note_in_the_run_is_shown():
     assert "\n\n> **Note.** reconstructed \\| by hand\n\n| id |" in render(doc)
 
 
+def test_the_registered_layers_table_follows_the_targets():
+    doc = _doc()
+    doc["targets"][1]["details"]["registered"] = {
+        "delta_rule": {"seconds": 0.0021, "tokens_per_second": 1950476.2, "shape": "B=1, T=8"},
+        "titans": {"seconds": 0.25, "tokens_per_second": 16384.0, "shape": "B=1, T=8"},
+    }
+    assert render(doc) == EXPECTED + (
+        "\nEvery registered sequence layer, default form, on its example inputs (P7, reported, "
+        "not judged; B=1, T=8):\n\n| layer | seconds | tokens / s |\n|---|---|---|\n"
+        "| `delta_rule` | 2.1 ms | 1,950,476 |\n| `titans` | 250 ms | 16,384 |\n"
+    )
+
+
 def test_readme_table_is_the_rendering_of_the_committed_results():
     doc = load(RESULTS)
     text = README.read_text(encoding="utf-8")

@@ -53,6 +53,29 @@ def test_the_family_table_has_one_row_per_reading_and_states_own_readings():
     for line, reading in zip(table[2:], readings, strict=True):
         assert reading.source in line and reading.function_class in line
         assert ("attnreg's reading" in line) == reading.own
+    for entry in REGISTRY.values():
+        for ref in entry.fla:
+            assert f"`{ref.path}: {ref.function}`" in family_table()
+    exact = family_table({"delta_rule": "12 of 12 rows"}).splitlines()
+    assert "exact" in exact[0] and len(exact) == len(table)
+    assert sum("12 of 12 rows" in line for line in exact) == 1
+
+
+def test_verify_rows_sum_up_per_layer():
+    from attnreg.studies.verify.sequence_rows import exactness_by_layer
+
+    rows = [
+        {"construction": "sequence: linear attention", "passed": True, "rel_err": 1.0, "tol": 4.0},
+        {"construction": "sequence: linear attention, per-token decay (GLA)"}
+        | {"passed": False, "rel_err": 3.0, "tol": 2.0},
+        {"construction": "sequence: toy (registered)", "passed": True, "rel_err": 0, "tol": 1},
+        {"construction": "OLS", "passed": True, "rel_err": 0, "tol": 1},
+    ]
+    got = exactness_by_layer(rows)
+    assert got == {
+        "linear_attention": "1 of 2 rows, largest error / tolerance 1.5",
+        "toy": "1 of 1 rows, largest error / tolerance 0",
+    }
 
 
 def check_example(entry: LayerEntry) -> None:

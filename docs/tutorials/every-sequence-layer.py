@@ -56,7 +56,10 @@ display(
 # build if a check of the computation fails (a verdict is computed and shown, never asserted).
 #
 # The table below is generated from the layer registry (`attnreg.sequence.registry`): every
-# registered layer, one row per configuration, with its forms (`mode=`).
+# registered layer, one row per configuration, with its forms (`mode=`), its exactness (the
+# rows of the build's `attnreg verify` run that certify it: every certificate shape, float64
+# and float32, against the estimator in NumPy) and the flash-linear-attention references its
+# conformance tests agree with (in float32, to float32 bounds).
 #
 # (Wang, Shi & Fox 2025 is the frame for all rows.) `attnreg verify` carries the same
 # identities as certificate rows on degenerate and extreme-scale inputs, in float64 and
@@ -66,8 +69,9 @@ display(
 from IPython.display import Markdown
 
 from attnreg.sequence.registry import family_table
+from attnreg.studies.verify.sequence_rows import exactness_by_layer
 
-display(Markdown(family_table()))
+display(Markdown(family_table(exactness_by_layer(study_cell("verify").rows))))
 
 # %%
 import time

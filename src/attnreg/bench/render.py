@@ -134,7 +134,8 @@ def _header(run: Mapping[str, Any], targets: Sequence[Mapping[str, Any]]) -> str
 def render(doc: Mapping[str, Any]) -> str:
     """The Markdown block for a result file: a line on the run (date, machine, options,
     matmul rate, how many targets passed) and one table row per target (headline value,
-    target, pass, each sub-check as ``value op limit``, the measured times)."""
+    target, pass, each sub-check as ``value op limit``, the measured times); then the timing of
+    every registered sequence layer, where the run has it."""
     targets = doc["targets"]
     rows = [
         _header(doc["run"], targets),
@@ -153,7 +154,31 @@ def render(doc: Mapping[str, Any]) -> str:
             _times(t["details"]) or "—",
         )
         rows.append("| " + " | ".join(_cell(str(c)) for c in cells) + " |")
-    return "\n".join(rows) + "\n"
+    return "\n".join(rows + _registered(targets)) + "\n"
+
+
+def _registered(targets: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A table of every registered sequence layer's timing (a target's
+    ``details["registered"]``, :mod:`attnreg.bench.registered`), or nothing."""
+    for t in targets:
+        timed = t["details"].get("registered")
+        if not timed:
+            continue
+        shape = next(iter(timed.values()))["shape"]
+        lines = [
+            "",
+            f"Every registered sequence layer, default form, on its example inputs ({t['id']}, "
+            f"reported, not judged; {shape}):",
+            "",
+            "| layer | seconds | tokens / s |",
+            "|---|---|---|",
+        ]
+        for name, row in timed.items():
+            lines.append(
+                f"| `{name}` | {_duration(row['seconds'])} | {row['tokens_per_second']:,.0f} |"
+            )
+        return lines
+    return []
 
 
 def block(doc: Mapping[str, Any]) -> str:

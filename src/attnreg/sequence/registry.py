@@ -13,7 +13,7 @@ trainable by name). A new layer is one file of :mod:`attnreg.sequence` plus one
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -516,16 +516,20 @@ def _register_all() -> None:
 _register_all()
 
 
-def family_table() -> str:
+def family_table(exactness: Mapping[str, str] | None = None) -> str:
     """The family table in Markdown, one row per registered configuration: the call, the
     weights ``γ_{t,i}``, the function class, the optimiser, the loss, the forms and the source
-    (attnreg's own readings marked)."""
-    lines = [
-        "| layer | weights `γ_{t,i}` | function class | optimiser | loss | forms | source |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    (attnreg's own readings marked); on each layer's first row, the flash-linear-attention
+    references its conformance tests compare it with and, given ``exactness`` (layer name →
+    a short text, e.g. ``attnreg verify``'s rows passed), its exactness."""
+    head = "| layer | weights `γ_{t,i}` | function class | optimiser | loss | forms | source |"
+    rule = "|---|---|---|---|---|---|---|"
+    if exactness is not None:
+        head += " exact (`attnreg verify`) |"
+        rule += "---|"
+    lines = [head + " agrees with (fla `naive.py`) |", rule + "---|"]
     for entry in REGISTRY.values():
-        for reading in entry.readings:
+        for n, reading in enumerate(entry.readings):
             call = (
                 f"`{entry.name}`"
                 if reading.call == entry.name
@@ -533,7 +537,7 @@ def family_table() -> str:
             )
             optimiser = reading.optimiser + (f" ({OWN})" if reading.own else "")
             forms = reading.forms or entry.forms
-            cells = (
+            cells = [
                 call,
                 f"`{reading.weights}`",
                 reading.function_class,
@@ -541,6 +545,10 @@ def family_table() -> str:
                 f"`{reading.loss}`",
                 ", ".join(forms),
                 reading.source,
-            )
+            ]
+            if exactness is not None:
+                cells.append(exactness.get(entry.name, "—") if n == 0 else "")
+            fla = ", ".join(f"`{f.path}: {f.function}`" for f in entry.fla) or "— (none in fla)"
+            cells.append(fla if n == 0 else "")
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

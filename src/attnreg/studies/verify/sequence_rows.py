@@ -145,6 +145,25 @@ LAYER_OF_ROW = {
 """The registered layer (:data:`attnreg.sequence.registry.REGISTRY`) each row certifies."""
 
 
+def exactness_by_layer(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """``attnreg verify``'s sequence rows summed up per registered layer: ``"p of n rows,
+    largest error / tolerance r"`` (a layer's rows are those :data:`LAYER_OF_ROW` names and its
+    ``(registered)`` row)."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        name = r.get("construction", "")
+        layer = LAYER_OF_ROW.get(name)
+        if layer is None and name.startswith("sequence: ") and name.endswith(" (registered)"):
+            layer = name.removeprefix("sequence: ").removesuffix(" (registered)")
+        if layer is not None:
+            found.setdefault(layer, []).append(r)
+    return {
+        layer: f"{sum(r['passed'] for r in rs)} of {len(rs)} rows, largest error / tolerance "
+        f"{max(r['rel_err'] / r['tol'] for r in rs):.2g}"
+        for layer, rs in found.items()
+    }
+
+
 def _previous(a: np.ndarray) -> np.ndarray:
     """``a`` shifted one token later along axis 1 (zeros at the first token)."""
     out = np.zeros_like(a)
