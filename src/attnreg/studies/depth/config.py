@@ -244,8 +244,16 @@ def full_config(**changes: Any) -> DepthConfig:
     regime: a 7-layer stack at σ_max = 1 and at σ_max = 3 overflows in at least one of the three
     seeds, the σ_max = 1 stacks of 3 and 5 layers have not converged after 20000 steps (and stay
     above ConstRR), and at σ_max = 5 the 7-layer stacks trail TunedRR (adjusted loss 0.0128
-    against 0.0088, z = 3.6). So the claim keeps no verdict until a recipe converges in every
-    cell.
+    against 0.0088, z = 3.6). Growing the stacks (``--set mixed_grow=true``: each deeper stack
+    starts from the shallower one of its σ_max and seed, its new layers at zero, and trains at
+    ``mixed_grow_lr`` = 2e-4; 70 minutes on two cores, 2026-11-29) brings the σ_max = 1 stacks
+    of 7 layers to a plateau (adjusted loss 0.0027, still above ConstRR's 0.0014 and TunedRR's
+    0.00022) but not the 3- and 5-layer ones; at σ_max = 3 the grown 5- and 7-layer stacks
+    explode on a few of the 20000 test tasks (mean adjusted losses
+    2e11 and 4e111: a trained DIAG stack is a polynomial of high degree in the task's data, and
+    a rare task with a large label energy sends it off), and at σ_max = 5 the grown stacks trail
+    the stacks trained from zero (0.032 and 0.038 against 0.021 and 0.013). So the claim keeps
+    no verdict until a recipe converges in every cell and stays finite on the test tasks.
     """
     from attnreg.core.threads import usable_cores  # here: the config module stays torch-free
 
@@ -284,8 +292,6 @@ def full_config(**changes: Any) -> DepthConfig:
         "mixed_lr": 5e-4,
         "mixed_init_scale": 0.0,
         "mixed_workers": min(2, usable_cores()),
-        "mixed_grow": True,
-        "mixed_grow_lr": 2e-4,
         "noise_steps": 4000,
         "curve_tasks": 20000,
     }
