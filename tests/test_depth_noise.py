@@ -345,6 +345,13 @@ def test_a_grown_stack_starts_at_the_shallower_stacks_function():
     with torch.no_grad():
         a, b = norm_deep.forward_predict(*args), norm_shallow.forward_predict(*args)
     assert float((a - b).abs().max()) <= 64 * 2**-53 * 2 * 12 * 5 * (float(b.abs().max()) + 1.0)
+    # the new layers' key-query products keep their initialisation, so their value products
+    # get a gradient (both factors at zero would be a saddle)
+    assert torch.equal(full_deep.pv[2:], torch.zeros_like(full_deep.pv[2:]))
+    assert float(full_deep.kq[2:].abs().max()) > 0
+    loss = full_deep.forward_predict(*args).square().sum()
+    loss.backward()
+    assert float(full_deep.pv.grad[2:].abs().max()) > 0
     with pytest.raises(ValueError, match="shallower"):
         norm_shallow.grow_from(norm_deep)
 

@@ -63,6 +63,11 @@ __all__ = ["VARIANTS", "LayoutModel", "TokenModel", "TrainableLSA", "gd_products
 VARIANTS = ("full", "gdpp", "factored", "diag")
 
 
+VALUE_SIDE = ("pv", "proj", "omega")
+"""The parameters a layer's update is linear in (full products' ``P V``, the factored form's
+output projection, DIAG's four scalars): zero, the layer is the identity."""
+
+
 class TrainableLSA(LayoutModel):
     """Linear self-attention with ``heads`` heads and ``layers`` layers (deep or recurrent), in
     the von Oswald token layout with a ``1/N``-normalised context sum (module docstring).
@@ -180,10 +185,12 @@ class TrainableLSA(LayoutModel):
 
     def grow_from(self, shallower: TrainableLSA) -> None:
         """Start this stack at ``shallower``'s function, in place: its first layers take
-        ``shallower``'s weights and its other layers are zero (a layer whose value products
-        vanish adds nothing to the residual stream: the identity); per-layer modules the
-        shallower stack does not have (a new layer's LayerNorm) keep their initialisation. Both
-        stacks must be of one variant and width, this one no shallower."""
+        ``shallower``'s weights; in its other layers the value side (:data:`VALUE_SIDE`) is
+        zero — the layer adds nothing to the residual stream, the identity — and the key-query
+        side keeps its initialisation (were both factors of a product zero, neither would get
+        a gradient: a saddle); per-layer modules the shallower stack does not have (a new
+        layer's LayerNorm) keep theirs. Both stacks must be of one variant and width, this one
+        no shallower."""
         if (shallower.variant, shallower.width) != (self.variant, self.width):
             raise ValueError("shallower: must be a stack of the same variant and width")
         if shallower.n_weight_sets > self.n_weight_sets:
@@ -198,9 +205,10 @@ class TrainableLSA(LayoutModel):
                     continue
                 if name.startswith("norms."):
                     weights.copy_(given[name])
-                else:
+                    continue
+                if name in VALUE_SIDE:
                     weights.zero_()
-                    weights[: given[name].shape[0]] = given[name]
+                weights[: given[name].shape[0]] = given[name]
 
     def moments_predict(
         self, x_ctx: torch.Tensor, y_ctx: torch.Tensor, x_query: torch.Tensor
