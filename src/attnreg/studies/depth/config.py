@@ -35,7 +35,8 @@ class DepthConfig:
       pre-attention LayerNorm in every layer) switch the trained stacks' architecture;
       ``train_rotation`` (default false) gives each task its own random rotation of ``Σ`` (Fu
       et al.'s data); ``train_grow`` (default false) trains the depths in increasing order,
-      each stack starting from the one before with its added layers at zero (the identity).
+      each stack starting from the one before, its added layers' value side at zero (the
+      identity; ``TrainableLSA.grow_from``).
       The deepest stack is also matched by Fu et al.'s metric (cosine of the
       error vectors against Newton's iterates 0–23 and GD's to 1024 steps), with
       ``fu_bootstrap`` bootstrap replicates over the evaluation tasks for its error bars; the
@@ -54,8 +55,8 @@ class DepthConfig:
       ``mixed_dtype``, parametrised as ``mixed_variant`` — ``"full"`` products, or ``"diag"``,
       Vladymyrov et al.'s diagonal attention in its four scalars per layer; ``mixed_workers``
       processes train them side by side, the same numbers as one; with ``mixed_grow`` each
-      deeper stack starts from the shallower stack of its σ_max and seed, its added layers at
-      zero — the identity — and trains at ``mixed_grow_lr``); curves from
+      deeper stack starts from the shallower stack of its σ_max and seed, its added layers'
+      value side at zero — the identity — and trains at ``mixed_grow_lr``); curves from
       ``curve_tasks`` tasks. ``noise_layernorm``: a
       pre-attention LayerNorm in every layer of the curve's and the noiseless stacks (the full
       profile's 8- and 12-layer stacks: without it a linear-attention stack is cubic per layer

@@ -112,6 +112,7 @@ def _run(cfg: LayersConfig, progress: Progress) -> StudyResult:
 
     t_start, cpu_start = time.perf_counter(), time.process_time()
     rows: list[dict[str, Any]] = []
+    descriptions = layer_choices()
     for ti, kind in enumerate(cfg.tasks):
         sampler = make_sampler(cfg, kind)
         test = sequence(
@@ -148,7 +149,7 @@ def _run(cfg: LayersConfig, progress: Progress) -> StudyResult:
                     "kind": "layer",
                     "tasks": kind,
                     "layer": layer,
-                    "description": layer_choices()[layer],
+                    "description": descriptions[layer],
                     "learned": model.scalar(),
                     "loss_last": float(losses[-1]),
                     "loss_mean": float(losses.mean()),

@@ -145,6 +145,10 @@ LAYER_OF_ROW = {
 """The registered layer (:data:`attnreg.sequence.registry.REGISTRY`) each row certifies."""
 
 
+REGISTERED_ROW = ("sequence: ", " (registered)")
+"""The name of a registered layer's own row (:func:`registered_row`): prefix, layer, suffix."""
+
+
 def exactness_by_layer(rows: list[dict[str, Any]]) -> dict[str, str]:
     """``attnreg verify``'s sequence rows summed up per registered layer: ``"p of n rows,
     largest error / tolerance r"`` (a layer's rows are those :data:`LAYER_OF_ROW` names and its
@@ -153,8 +157,9 @@ def exactness_by_layer(rows: list[dict[str, Any]]) -> dict[str, str]:
     for r in rows:
         name = r.get("construction", "")
         layer = LAYER_OF_ROW.get(name)
-        if layer is None and name.startswith("sequence: ") and name.endswith(" (registered)"):
-            layer = name.removeprefix("sequence: ").removesuffix(" (registered)")
+        prefix, suffix = REGISTERED_ROW
+        if layer is None and name.startswith(prefix) and name.endswith(suffix):
+            layer = name.removeprefix(prefix).removesuffix(suffix)
         if layer is not None:
             found.setdefault(layer, []).append(r)
     return {
@@ -323,7 +328,8 @@ def registered_row(
     }
     expected = entry.example.reference(**numbers)[:, 0]
     bound = unit_roundoff(dtype) * entry.example.growth(t, d_k, v.shape[-1])
-    spec = (f"sequence: {entry.name} (registered)", "its registered numpy reference", bound)
+    name = entry.name.join(REGISTERED_ROW)
+    spec = (name, "its registered numpy reference", bound)
     return measure(spec, _one_head(lambda: entry.function(**args)), expected, shape, dtype, cfg)
 
 
