@@ -268,12 +268,13 @@ def iv_lms(q, k, p, v, beta, alpha):
     return np.array(out), np.array(mags)
 
 
-@pytest.mark.parametrize("case", FAMILY_CASES)
-def test_comba_is_the_instrumental_variable_lms_step(case):
-    spec = FAMILY_CASES[case]
+@pytest.mark.parametrize("mode", ["fused", "recurrent"])
+@pytest.mark.parametrize("case", FAMILY_CASES | {"past a chunk": dict(t=70, d_k=5)})
+def test_comba_is_the_instrumental_variable_lms_step(case, mode):
+    spec = (FAMILY_CASES | {"past a chunk": dict(t=70, d_k=5)})[case]
     q, k, p, v, beta, alpha, _ = per_token_data(seed=len(case), **spec)
     want, mags = ref.heads(iv_lms, q, k, p, v, beta, alpha)
-    out = comba(q, k, v, p, beta, decay=alpha).numpy()
+    out = comba(q, k, v, p, beta, decay=alpha, mode=mode).numpy()
     n = spec["d_k"] + ref.heads(ref.log_budget, alpha)
     bound = 8 * ref.U64 * n * np.arange(1, spec["t"] + 1) * np.linalg.norm(q, axis=-1) * mags
     assert np.all(np.linalg.norm(out - want, axis=-1) <= bound)

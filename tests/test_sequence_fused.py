@@ -12,7 +12,14 @@ import pytest
 import sequence_refs as ref
 import torch
 
-from attnreg.sequence import delta_rule, fused_autograd, linear_attention, longhorn, mesa
+from attnreg.sequence import (
+    comba,
+    delta_rule,
+    fused_autograd,
+    linear_attention,
+    longhorn,
+    mesa,
+)
 from attnreg.sequence.inputs import choose_mode
 
 B, H, D, DV = 2, 2, 8, 5
@@ -209,6 +216,22 @@ def test_gradcheck_longhorn(short_chunks):
     q, k, v, beta, _ = draw(9, 3, normalize=False)
     _gradcheck(lambda q, k, v, b: longhorn(q, k, v, b, mode="fused"), q, k, v, beta)
     _gradcheck(lambda q, k, v, b: longhorn(q, k, v, b, diagonal=True, mode="fused"), q, k, v, beta)
+
+
+def test_gradcheck_comba(short_chunks):
+    """Comba's fused form: the prediction read at ``p`` (its own gradient), the step along
+    ``k``."""
+    q, k, v, beta, alpha = draw(9, 6)
+    p = draw(9, 7)[1]
+    _gradcheck(
+        lambda q, k, v, p, b, a: comba(q, k, v, p, b, decay=a, scale=0.5, mode="fused"),
+        q,
+        k,
+        v,
+        p,
+        beta,
+        alpha,
+    )
 
 
 def test_gradients_equal_autograd_through_the_token_loop():

@@ -9,6 +9,9 @@ Regression (attnreg's reading): with ``W = Sᵀ`` the step is
 instrumental-variable regression**: the error is measured at the regressor ``p_t`` and the map
 moves along the instrument ``k_t`` (the recursive IV estimator's update, one step per token).
 Only when ``p_t = k_t`` is it a gradient step on ``½‖W p_t − v_t‖²``.
+
+Forms: :func:`comba_recurrent` (the token loop) and the fused CPU recurrence
+(:mod:`~attnreg.sequence.fused`: the delta rule's kernel with the prediction read at ``p_t``).
 """
 
 from __future__ import annotations
@@ -17,10 +20,19 @@ import torch
 
 from attnreg.core.validation import ArrayLike, check_choice
 from attnreg.sequence.checked import Result, checked_result
-from attnreg.sequence.inputs import check_qkv, check_scale, decay_of, key_shaped, per_token
+from attnreg.sequence.fused_autograd import fused
+from attnreg.sequence.inputs import (
+    check_qkv,
+    check_scale,
+    choose_mode,
+    decay_of,
+    key_shaped,
+    per_token,
+)
 
-MODES = ("auto", "recurrent")
-"""The forms of this layer: the token loop only (``auto`` picks it)."""
+MODES = ("auto", "fused", "recurrent")
+"""The forms of this layer: the fused kernel (``auto`` picks it on the CPU) and the token loop
+(``auto`` picks it on an accelerator: there is no chunked form)."""
 
 
 def comba(
@@ -37,14 +49,17 @@ def comba(
     """Comba (module docstring): ``q, k, p (B, H, T, d_k)``, ``v (B, H, T, d_v)`` →
     ``o (B, H, T, d_v)``. ``beta ≥ 0`` and ``decay`` ``α_t ∈ (0, 1]`` as in
     :func:`attnreg.sequence.delta_rule` (one per token: a number, ``(H,)`` or ``(B, H, T)``).
-    ``mode``: ``"auto"`` or ``"recurrent"`` (the token loop: no fused or chunked form yet)."""
+    ``mode``: ``"auto"``, ``"fused"`` or ``"recurrent"`` (no chunked form yet)."""
     qt, kt, vt = check_qkv(q, k, v)
     check_choice("mode", mode, MODES)
+    form = choose_mode(mode, kt)
     pt = key_shaped("p", p, kt)
     b = per_token("beta", beta, kt, low=0.0)
     alpha = decay_of(decay, kt)
 
     def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, sc: float) -> Result:
+        if form == "fused":
+            return fused(qc, kc, vc, alpha, b, True, sc, p=pt)
         return comba_recurrent(qc * sc, kc, vc, pt, b, alpha), None
 
     return checked_result(layer, qt, kt, vt, check_scale(scale), "comba")

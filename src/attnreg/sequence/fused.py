@@ -5,23 +5,26 @@ Every layer whose state update is diagonal plus rank one,
     ``S_t = (Diag(α_t) + a_t b_tᵀ) S_{t−1} + k_t w_tᵀ``,   ``o_t = S_tᵀ q_t``   (``S_0 = 0``),
 
 with ``S`` of shape ``d_k × d_v``, is computed here by one kernel, given its gates. The family
-is stated by three arrays and one flag:
+is stated by four arrays and one flag:
 
 * ``alpha`` — ``α_t``: ``(B, H, T, 1)`` (one factor per token) or ``(B, H, T, d_k)`` (one per
   state row);
 * ``beta`` — ``β_t`` ``(B, H, T)``: the write is ``w_t = β_t v_t`` and, with ``delta``, the
   erase is ``a_t = k_t``, ``b_t = −β_t Diag(α_t) k_t`` (so ``w_t − b_tᵀ…`` is the delta rule's
-  ``u_t = β_t (v_t − S'ᵀ k_t)`` with ``S' = Diag(α_t) S_{t−1}``); without ``delta``, ``a_t = 0``.
+  ``u_t = β_t (v_t − S'ᵀ k_t)`` with ``S' = Diag(α_t) S_{t−1}``); without ``delta``, ``a_t = 0``;
+* ``p`` — the key the prediction is read at: ``b_t = −β_t Diag(α_t) p_t``, so
+  ``u_t = β_t (v_t − S'ᵀ p_t)`` (``None``: ``p = k``; Comba's ``p_t`` otherwise).
 
 The layers today: linear attention (``α`` one factor or none, ``β = 1``), DeltaNet and Gated
 DeltaNet (``delta``, ``α`` one factor), Longhorn (``delta``, ``β = ε_t``, ``α = 1``) and its
-diagonal form (``α = 1 − ε_t k_t ⊙ k_t`` per row, ``β = ε_t``). A new layer of that shape gets
-its fused form by stating its ``alpha``, ``beta`` and ``delta``.
+diagonal form (``α = 1 − ε_t k_t ⊙ k_t`` per row, ``β = ε_t``), KDA (``delta``, ``α`` per row)
+and Comba (``delta``, ``p``). A new layer of that shape gets its fused form by stating its
+``alpha``, ``beta``, ``p`` and ``delta``.
 
 The kernel makes one pass over the state per token: it updates row ``i``
 (``S_t[i] = α_{t,i} S_{t−1}[i] + k_{t,i} u_t``) and in the same pass accumulates the read-out
 ``o_t += q_{t,i} S_t[i]`` and the next token's prediction
-``p_{t+1} += α_{t+1,i} k_{t+1,i} S_t[i]`` (``= S'ᵀ_{t+1} k_{t+1}``), so each token costs exactly
+``pred_{t+1} += α_{t+1,i} p_{t+1,i} S_t[i]`` (``= S'ᵀ_{t+1} p_{t+1}``), so each token costs exactly
 the useful ``6 · d_k · d_v`` flops (four rows at a time when the decay is one factor per
 token; performance notes in ``benchmarks/README.md``). The state is a local array; the inputs
 are read in place.
@@ -57,7 +60,7 @@ chain (measured at P9's size: 211 → 76 ms per training step with ``contract``)
 
 @njit(parallel=True, cache=True, fastmath=FORWARD_MATH)
 def _forward_kernel(  # type: ignore[no-untyped-def]
-    q, k, v, alpha, beta, delta, scale, out, keep, kept, largest
+    q, k, p, v, alpha, beta, delta, scale, out, keep, kept, largest
 ):
     """``out[b, h, t] = scale · S_tᵀ q_t``; ``largest[b, h] = max |out[b, h]|`` (NaN if an entry
     is NaN); with ``keep > 0`` the state before token ``c · keep`` is stored in ``kept[b, h, c]``
@@ -104,11 +107,11 @@ def _forward_kernel(  # type: ignore[no-untyped-def]
             if delta and t + 1 < n_t:
                 if per_row:
                     for i in range(d_k):
-                        kn[i] = alpha[b, h, t + 1, i] * k[b, h, t + 1, i]
+                        kn[i] = alpha[b, h, t + 1, i] * p[b, h, t + 1, i]
                 else:
                     a_next = alpha[b, h, t + 1, 0]
                     for i in range(d_k):
-                        kn[i] = a_next * k[b, h, t + 1, i]
+                        kn[i] = a_next * p[b, h, t + 1, i]
             else:
                 kn[:] = 0
             o[:] = 0
@@ -156,9 +159,9 @@ def _forward_kernel(  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, fastmath=FORWARD_MATH)
-def _recompute(q, k, v, alpha, beta, delta, b, h, t0, t1, states, us, rs, pred):  # type: ignore[no-untyped-def]
+def _recompute(q, k, p, v, alpha, beta, delta, b, h, t0, t1, states, us, rs, pred):  # type: ignore[no-untyped-def]
     """The states after tokens ``t0 … t1−1`` (``states[n + 1]``, from ``states[0]`` = the state
-    before ``t0``), with each token's residual ``rs[n] = v_t − [delta] S'ᵀ_t k_t`` and write
+    before ``t0``), with each token's residual ``rs[n] = v_t − [delta] S'ᵀ_t p_t`` and write
     ``us[n] = β_t rs[n]``: one pass over the state per token, the next token's prediction
     accumulated while the state row is written (as in the forward kernel)."""
     d_k = k.shape[3]
@@ -168,9 +171,9 @@ def _recompute(q, k, v, alpha, beta, delta, b, h, t0, t1, states, us, rs, pred):
     if delta:
         for i in range(d_k):
             a_i = alpha[b, h, t0, i] if per_row else alpha[b, h, t0, 0]
-            k_i = a_i * k[b, h, t0, i]
+            p_i = a_i * p[b, h, t0, i]
             for j in range(d_v):
-                pred[j] += k_i * states[0, i, j]
+                pred[j] += p_i * states[0, i, j]
     for t in range(t0, t1):
         n = t - t0
         bt = beta[b, h, t]
@@ -187,11 +190,11 @@ def _recompute(q, k, v, alpha, beta, delta, b, h, t0, t1, states, us, rs, pred):
             dst = states[n + 1, i]
             if ahead:
                 a_next = alpha[b, h, t + 1, i] if per_row else alpha[b, h, t + 1, 0]
-                k_next = a_next * k[b, h, t + 1, i]
+                p_next = a_next * p[b, h, t + 1, i]
                 for j in range(d_v):
                     x = a_i * src[j] + k_i * us[n, j]
                     dst[j] = x
-                    pred[j] += k_next * x
+                    pred[j] += p_next * x
             else:
                 for j in range(d_v):
                     dst[j] = a_i * src[j] + k_i * us[n, j]
@@ -224,9 +227,10 @@ def _read_back(q, k, grad_out, b, h, t, after, u, ds, du, dq, dk, zero):  # type
 
 @njit(cache=True, fastmath=BACKWARD_MATH)
 def _step_back(  # type: ignore[no-untyped-def]
-    q, k, alpha, grad_out, b, h, t, before, u_prev, ds, dp, du, dq, dk, dalpha, prev, zero
+    q, k, p, alpha, grad_out, b, h, t, before, u_prev, ds, dp, du, dq, dk, dpk, dalpha, prev, zero
 ):
-    """Token ``t``'s erase and decay, back — ``dS' = dS + k_t ∂p_tᵀ``, ``∂k_t += S' ∂p_t``,
+    """Token ``t``'s erase and decay, back — with ``∂pred_t`` in ``dp``: ``dS' = dS + p_t
+    ∂pred_tᵀ``, ``∂p_t += S' ∂pred_t`` (into ``dpk``: ``dk`` itself when ``p`` is ``k``),
     ``∂α_{t,i} = Σ_j dS'_{ij} S_{t−1,ij}``, ``dS ← Diag(α_t) dS'`` (``before`` = ``S_{t−1}``) —
     and, with ``prev``, token ``t − 1``'s read-back (:func:`_read_back`) in the same pass over
     each row: both read row ``i`` of ``S_{t−1}`` and of ``dS`` once."""
@@ -239,7 +243,7 @@ def _step_back(  # type: ignore[no-untyped-def]
     acc_a = zero
     for i in range(d_k):
         a_i = alpha[b, h, t, i] if per_row else alpha[b, h, t, 0]
-        k_i = k[b, h, t, i]
+        p_i = p[b, h, t, i]
         acc_k = zero
         acc_r = zero
         if prev:
@@ -249,7 +253,7 @@ def _step_back(  # type: ignore[no-untyped-def]
             acc_kp = zero
             for j in range(d_v):
                 sp = before[i, j]
-                g = ds[i, j] + k_i * dp[j]
+                g = ds[i, j] + p_i * dp[j]
                 acc_k += sp * dp[j]
                 acc_r += g * sp
                 g_p = grad_out[b, h, tp, j]
@@ -263,11 +267,11 @@ def _step_back(  # type: ignore[no-untyped-def]
         else:
             for j in range(d_v):
                 sp = before[i, j]
-                g = ds[i, j] + k_i * dp[j]
+                g = ds[i, j] + p_i * dp[j]
                 acc_k += sp * dp[j]
                 acc_r += g * sp
                 ds[i, j] = a_i * g
-        dk[b, h, t, i] += a_i * acc_k
+        dpk[b, h, t, i] += a_i * acc_k
         if per_row:
             dalpha[b, h, t, i] = acc_r
         else:
@@ -278,13 +282,13 @@ def _step_back(  # type: ignore[no-untyped-def]
 
 @njit(parallel=True, cache=True, fastmath=BACKWARD_MATH)
 def _backward_kernel(  # type: ignore[no-untyped-def]
-    q, k, v, alpha, beta, delta, grad_out, kept, chunk, dq, dk, dv, dalpha, dbeta
+    q, k, p, v, alpha, beta, delta, grad_out, kept, chunk, dq, dk, dpk, dv, dalpha, dbeta
 ):
     """Reverse-time pass: per chunk of ``chunk`` tokens (last first), the states are recomputed
     from the stored chunk start (:func:`_recompute`), then ``dS`` (the gradient of the loss in
     ``S_t``) is carried back token by token: ``dS += q_t ∂o_tᵀ``; ``∂u_t = dSᵀ k_t``;
     ``∂k_t = dS u_t`` (:func:`_read_back`); ``∂v_t = β_t ∂u_t``, ``∂β_t = ∂u_tᵀ r_t``; with
-    ``delta`` ``∂p_t = −β_t ∂u_t``, ``dS' = dS + k_t ∂p_tᵀ``, ``∂k_t += S' ∂p_t``;
+    ``delta`` ``∂pred_t = −β_t ∂u_t``, ``dS' = dS + p_t ∂pred_tᵀ``, ``∂p_t += S' ∂pred_t``;
     ``∂α_{t,i} = Σ_j dS'_{ij} S_{t−1,ij}``; ``dS ← Diag(α_t) dS'`` (:func:`_step_back`, which
     runs token ``t − 1``'s read-back in the same pass)."""
     n_b, n_h, n_t, d_k = k.shape
@@ -304,7 +308,7 @@ def _backward_kernel(  # type: ignore[no-untyped-def]
             t0 = c * chunk
             t1 = min(n_t, t0 + chunk)
             states[0] = kept[b, h, c]
-            _recompute(q, k, v, alpha, beta, delta, b, h, t0, t1, states, us, rs, pred)
+            _recompute(q, k, p, v, alpha, beta, delta, b, h, t0, t1, states, us, rs, pred)
             last = t1 - 1 - t0
             _read_back(
                 q, k, grad_out, b, h, t1 - 1, states[last + 1], us[last], ds, du, dq, dk, zero
@@ -322,6 +326,7 @@ def _backward_kernel(  # type: ignore[no-untyped-def]
                 _step_back(
                     q,
                     k,
+                    p,
                     alpha,
                     grad_out,
                     b,
@@ -334,6 +339,7 @@ def _backward_kernel(  # type: ignore[no-untyped-def]
                     du,
                     dq,
                     dk,
+                    dpk,
                     dalpha,
                     n > 0,
                     zero,
@@ -381,11 +387,14 @@ def fused_forward(
     *,
     scale: float = 1.0,
     keep: int = 0,
+    p: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The family's recurrence (module docstring) for ``q, k (B, H, T, d_k)``,
     ``v (B, H, T, d_v)``, ``alpha (B, H, T)`` or ``(B, H, T, d_k)`` or ``None`` (no decay),
-    ``beta (B, H, T)`` or ``None`` (1), the read-out scaled by ``scale`` (``o_t = scale · S_tᵀ
-    q_t``: the query scale applied once per output entry, not as a copy of ``q``); returns
+    ``beta (B, H, T)`` or ``None`` (1), the prediction read at ``p (B, H, T, d_k)`` (``None``:
+    at ``k``, the delta rule; Comba's ``p_t`` otherwise), the read-out scaled by ``scale``
+    (``o_t = scale · S_tᵀ q_t``: the query scale applied once per output entry, not as a copy
+    of ``q``); returns
     ``o (B, H, T, d_v)``, the largest ``|o|`` of each batch element and head (``(B, H)``, NaN
     where an entry is NaN: the finiteness and underflow checks need nothing else) and, with
     ``keep > 0``, the
@@ -400,7 +409,8 @@ def fused_forward(
     n_kept = -(-n_t // keep) if keep > 0 else 1
     kept = np.empty((n_b, n_h, n_kept if keep > 0 else 0, d_k, va.shape[3]), dtype=ka.dtype)
     largest = np.empty((n_b, n_h), dtype=ka.dtype)
-    _forward_kernel(qa, ka, va, a, bt, bool(delta), scale, out, int(keep), kept, largest)
+    pa = ka if p is None else as_array(p)
+    _forward_kernel(qa, ka, pa, va, a, bt, bool(delta), scale, out, int(keep), kept, largest)
     return (
         torch.from_numpy(out),
         torch.from_numpy(largest),
@@ -418,18 +428,24 @@ def fused_backward(
     grad_out: torch.Tensor,
     kept: torch.Tensor,
     chunk: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The gradients ``(∂q, ∂k, ∂v, ∂α, ∂β)`` of ``Σ ⟨grad_out, o⟩`` for :func:`fused_forward`'s
-    recurrence, from the states ``kept`` it stored every ``chunk`` tokens; ``∂α`` has the shape
-    of the gates array (``(B, H, T, 1)`` or ``(B, H, T, d_k)``), ``∂β`` ``(B, H, T)``."""
+    p: torch.Tensor | None = None,
+) -> tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None
+]:
+    """The gradients ``(∂q, ∂k, ∂v, ∂α, ∂β, ∂p)`` of ``Σ ⟨grad_out, o⟩`` for
+    :func:`fused_forward`'s recurrence, from the states ``kept`` it stored every ``chunk``
+    tokens; ``∂α`` has the shape of the gates array (``(B, H, T, 1)`` or ``(B, H, T, d_k)``),
+    ``∂β`` ``(B, H, T)``; ``∂p`` is ``None`` when ``p`` is (its part is then in ``∂k``)."""
     set_threads()
     qa, ka, va = as_array(q), as_array(k), as_array(v)
     a, bt = gates(k, alpha, beta)
     dq, dk, dv = np.empty_like(qa), np.empty_like(ka), np.empty_like(va)
     dalpha, dbeta = np.empty_like(a), np.empty_like(bt)
+    pa, dp = (ka, dk) if p is None else (as_array(p), np.zeros_like(ka))
     _backward_kernel(
         qa,
         ka,
+        pa,
         va,
         a,
         bt,
@@ -439,9 +455,10 @@ def fused_backward(
         int(chunk),
         dq,
         dk,
+        dp,
         dv,
         dalpha,
         dbeta,
     )
-    out = (dq, dk, dv, dalpha, dbeta)
-    return tuple(torch.from_numpy(x) for x in out)  # type: ignore[return-value]
+    dq_, dk_, dv_, da_, db_ = (torch.from_numpy(x) for x in (dq, dk, dv, dalpha, dbeta))
+    return dq_, dk_, dv_, da_, db_, None if p is None else torch.from_numpy(dp)

@@ -17,10 +17,11 @@ CHUNK = 64  # tokens between stored states; the backward recomputes one chunk's 
 
 
 class FusedRecurrence(torch.autograd.Function):
-    """``o, largest = FusedRecurrence.apply(q, k, v, alpha, beta, delta, scale)``: the family of
-    :mod:`attnreg.sequence.fused` (``alpha (B, H, T)``, ``(B, H, T, d_k)`` or ``None``;
-    ``beta (B, H, T)`` or ``None``; ``o_t = scale · S_tᵀ q_t``), differentiable in every tensor
-    argument; ``largest`` (``(B, H)``, the largest ``|o|`` per batch element and head) is not."""
+    """``o, largest = FusedRecurrence.apply(q, k, v, alpha, beta, delta, scale, p)``: the family
+    of :mod:`attnreg.sequence.fused` (``alpha (B, H, T)``, ``(B, H, T, d_k)`` or ``None``;
+    ``beta (B, H, T)`` or ``None``; ``p (B, H, T, d_k)`` or ``None`` (the prediction read at
+    ``k``); ``o_t = scale · S_tᵀ q_t``), differentiable in every tensor argument; ``largest``
+    (``(B, H)``, the largest ``|o|`` per batch element and head) is not."""
 
     @staticmethod
     def forward(
@@ -32,13 +33,14 @@ class FusedRecurrence(torch.autograd.Function):
         beta: torch.Tensor | None,
         delta: bool,
         scale: float,
+        p: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        grad = any(ctx.needs_input_grad[:5])
+        grad = any(ctx.needs_input_grad[:5]) or ctx.needs_input_grad[7]
         out, largest, kept = fused_forward(
-            q, k, v, alpha, beta, delta, scale=scale, keep=CHUNK if grad else 0
+            q, k, v, alpha, beta, delta, scale=scale, keep=CHUNK if grad else 0, p=p
         )
         if kept is not None:
-            ctx.save_for_backward(q, k, v, alpha, beta, kept)
+            ctx.save_for_backward(q, k, v, alpha, beta, kept, p)
         ctx.delta = delta
         ctx.scale = scale
         ctx.mark_non_differentiable(largest)
@@ -46,11 +48,11 @@ class FusedRecurrence(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor, _grad_largest: torch.Tensor) -> Any:
-        q, k, v, alpha, beta, kept = ctx.saved_tensors
+        q, k, v, alpha, beta, kept, p = ctx.saved_tensors
         # o is linear in scale: the gradients of ⟨g, scale · o'⟩ are those of ⟨scale · g, o'⟩
         grad = grad_out if ctx.scale == 1 else grad_out * ctx.scale
-        dq, dk, dv, dalpha, dbeta = fused_backward(
-            q, k, v, alpha, beta, ctx.delta, grad, kept, CHUNK
+        dq, dk, dv, dalpha, dbeta, dp = fused_backward(
+            q, k, v, alpha, beta, ctx.delta, grad, kept, CHUNK, p=p
         )
         if alpha is not None:
             dalpha = dalpha.reshape(alpha.shape)
@@ -62,6 +64,7 @@ class FusedRecurrence(torch.autograd.Function):
             dbeta if beta is not None else None,
             None,
             None,
+            dp,
         )
 
 
@@ -73,11 +76,13 @@ def fused(
     beta: torch.Tensor | None,
     delta: bool,
     scale: float = 1.0,
+    p: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``S_t = Diag(α_t) S_{t−1} + k_t u_tᵀ``,
-    ``u_t = β_t (v_t − [delta] (Diag(α_t) S_{t−1})ᵀ k_t)``, ``o_t = scale · S_tᵀ q_t`` (shapes in
+    ``u_t = β_t (v_t − [delta] (Diag(α_t) S_{t−1})ᵀ p_t)`` (``p = k`` when ``None``),
+    ``o_t = scale · S_tᵀ q_t`` (shapes in
     :class:`FusedRecurrence`), differentiable; returns ``o`` and the largest ``|o|`` of each
     batch element and head (``(B, H)``, NaN where ``o`` has a NaN), computed while ``o`` is
     written."""
-    out, largest = FusedRecurrence.apply(q, k, v, alpha, beta, delta, float(scale))
+    out, largest = FusedRecurrence.apply(q, k, v, alpha, beta, delta, float(scale), p)
     return out, largest

@@ -284,7 +284,7 @@ def _register_all() -> None:
         LayerEntry(
             "comba",
             comba,
-            LOOP,
+            ("fused", "recurrent"),
             (
                 Reading(
                     "comba",
