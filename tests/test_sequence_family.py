@@ -311,13 +311,17 @@ def sgd_momentum(q, k, v, beta, eta, mu, alpha):
     return np.array(out), np.array(mags)
 
 
-@pytest.mark.parametrize("case", FAMILY_CASES)
-def test_momentum_delta_rule_is_sgd_with_momentum(case):
-    spec = FAMILY_CASES[case]
+PAST_A_CHUNK = {"past a chunk": dict(t=70, d_k=5)}  # the fused backward stores every 64 tokens
+
+
+@pytest.mark.parametrize("mode", ["fused", "recurrent"])
+@pytest.mark.parametrize("case", FAMILY_CASES | PAST_A_CHUNK)
+def test_momentum_delta_rule_is_sgd_with_momentum(case, mode):
+    spec = (FAMILY_CASES | PAST_A_CHUNK)[case]
     q, k, _, v, beta, alpha, mu = per_token_data(seed=3 + len(case), **spec)
     eta = np.random.default_rng(0).uniform(0.2, 1.0, beta.shape)
     want, mags = ref.heads(sgd_momentum, q, k, v, beta, eta, mu, alpha)
-    out = momentum_delta_rule(q, k, v, k, beta, eta, momentum=mu, decay=alpha).numpy()
+    out = momentum_delta_rule(q, k, v, k, beta, eta, momentum=mu, decay=alpha, mode=mode).numpy()
     n = spec["d_k"] + ref.heads(ref.log_budget, alpha * mu)
     bound = 8 * ref.U64 * n * np.arange(1, spec["t"] + 1) * np.linalg.norm(q, axis=-1) * mags
     assert np.all(np.linalg.norm(out - want, axis=-1) <= bound)
@@ -336,26 +340,29 @@ def momentum_loop(q, k, p, v, beta, eta, mu, alpha):
     return np.array(out)
 
 
-def test_momentum_delta_rule_reads_the_error_at_p():
+@pytest.mark.parametrize("mode", ["fused", "recurrent"])
+def test_momentum_delta_rule_reads_the_error_at_p(mode):
     q, k, p, v, beta, alpha, mu = per_token_data(23, 5, 4)
     eta = np.full(beta.shape, 0.7)
     want = ref.heads(momentum_loop, q, k, p, v, beta, eta, mu, alpha)
-    out = momentum_delta_rule(q, k, v, p, beta, eta, momentum=mu, decay=alpha).numpy()
+    out = momentum_delta_rule(q, k, v, p, beta, eta, momentum=mu, decay=alpha, mode=mode)
+    out = out.numpy()
     _, mags = ref.heads(sgd_momentum, q, k, v, beta, eta, mu, alpha)  # same magnitudes
     bound = 8 * ref.U64 * (5 + 23) * np.arange(1, 24) * np.linalg.norm(q, axis=-1) * mags
     assert np.all(np.linalg.norm(out - want, axis=-1) <= bound)
 
 
-@pytest.mark.parametrize("case", FAMILY_CASES)
-def test_titans_is_sgd_with_momentum_and_weight_decay(case):
+@pytest.mark.parametrize("mode", ["fused", "recurrent"])
+@pytest.mark.parametrize("case", FAMILY_CASES | PAST_A_CHUNK)
+def test_titans_is_sgd_with_momentum_and_weight_decay(case, mode):
     """A constant ``θ``: Titans' surprise is ``−θ`` times SGD's momentum buffer."""
-    spec = FAMILY_CASES[case]
+    spec = (FAMILY_CASES | PAST_A_CHUNK)[case]
     q, k, _, v, beta, alpha, mu = per_token_data(seed=5 + len(case), **spec)
     theta = 0.6 / (np.linalg.norm(k, axis=-1).max() ** 2)
     want, mags = ref.heads(
         sgd_momentum, q, k, v, np.full(beta.shape, theta), np.ones(beta.shape), mu, alpha
     )
-    out = titans(q, k, v, lr=theta, momentum=mu, decay=alpha).numpy()
+    out = titans(q, k, v, lr=theta, momentum=mu, decay=alpha, mode=mode).numpy()
     n = spec["d_k"] + ref.heads(ref.log_budget, alpha * mu)
     bound = 8 * ref.U64 * n * np.arange(1, spec["t"] + 1) * np.linalg.norm(q, axis=-1) * mags
     assert np.all(np.linalg.norm(out - want, axis=-1) <= bound)

@@ -16,9 +16,12 @@ from attnreg.sequence import (
     comba,
     delta_rule,
     fused_autograd,
+    fused_momentum,
     linear_attention,
     longhorn,
     mesa,
+    momentum_delta_rule,
+    titans,
 )
 from attnreg.sequence.inputs import choose_mode
 
@@ -230,6 +233,30 @@ def test_gradcheck_comba(short_chunks):
         v,
         p,
         beta,
+        alpha,
+    )
+
+
+def test_gradcheck_momentum_delta_rule_and_titans(monkeypatch):
+    """The momentum kernel's backward (pairs stored every 4 tokens: T = 9 crosses two):
+    every input, the error read at ``p``; Titans through the same kernel with ``p = k``."""
+    monkeypatch.setattr(fused_momentum, "CHUNK", 4)
+    q, k, v, beta, alpha = draw(9, 8)
+    p = draw(9, 9)[1]
+    rng = np.random.default_rng(10)
+    eta, mu = rng.uniform(0.5, 1.0, beta.shape), rng.uniform(0.1, 0.9, beta.shape)
+
+    def layer(q, k, v, p, b, e, m, a):
+        return momentum_delta_rule(q, k, v, p, b, e, momentum=m, decay=a, scale=0.5, mode="fused")
+
+    _gradcheck(layer, q, k, v, p, 0.5 * beta, eta, mu, alpha)
+    _gradcheck(
+        lambda q, k, v, t, m, a: titans(q, k, v, lr=t, momentum=m, decay=a, mode="fused"),
+        q,
+        k,
+        v,
+        0.5 * beta,
+        mu,
         alpha,
     )
 

@@ -11,6 +11,9 @@ by heavy-ball momentum** (momentum ``μ_t``, step ``β_t``) after a weight decay
 error is read at ``p_t`` and the step taken along ``k_t``, the instrumental-variable form
 (attnreg's reading, as for :func:`attnreg.sequence.comba`). ``μ ≡ 0``, ``η ≡ 1`` and ``p = k``
 give the delta rule with the erase read before the decay.
+
+Forms: :func:`momentum_delta_recurrent` (the token loop) and the fused CPU recurrence of the
+pair ``(S, M)`` (:mod:`~attnreg.sequence.fused_momentum`).
 """
 
 from __future__ import annotations
@@ -19,10 +22,19 @@ import torch
 
 from attnreg.core.validation import ArrayLike, check_choice
 from attnreg.sequence.checked import Result, checked_result
-from attnreg.sequence.inputs import check_qkv, check_scale, decay_of, key_shaped, per_token
+from attnreg.sequence.fused_momentum import fused_momentum
+from attnreg.sequence.inputs import (
+    check_qkv,
+    check_scale,
+    choose_mode,
+    decay_of,
+    key_shaped,
+    per_token,
+)
 
-MODES = ("auto", "recurrent")
-"""The forms of this layer: the token loop only (``auto`` picks it)."""
+MODES = ("auto", "fused", "recurrent")
+"""The forms of this layer: the fused kernel (``auto`` picks it on the CPU) and the token loop
+(``auto`` picks it on an accelerator: there is no chunked form)."""
 
 
 def momentum_delta_rule(
@@ -41,9 +53,10 @@ def momentum_delta_rule(
     """The momentum delta rule (module docstring): ``q, k, p (B, H, T, d_k)``,
     ``v (B, H, T, d_v)`` → ``o (B, H, T, d_v)``. ``beta ≥ 0`` (the step), ``eta ≥ 0`` (the
     gradient's scale), ``momentum`` ``μ_t ∈ [0, 1]`` and ``decay`` ``α_t ∈ (0, 1]``: each a
-    number, ``(H,)`` or ``(B, H, T)``. ``mode``: ``"auto"`` or ``"recurrent"`` (the token loop)."""
+    number, ``(H,)`` or ``(B, H, T)``. ``mode``: ``"auto"``, ``"fused"`` or ``"recurrent"``."""
     qt, kt, vt = check_qkv(q, k, v)
     check_choice("mode", mode, MODES)
+    form = choose_mode(mode, kt)
     pt = key_shaped("p", p, kt)
     steps = per_token("beta", beta, kt, low=0.0)
     rates = per_token("eta", eta, kt, low=0.0)
@@ -51,6 +64,9 @@ def momentum_delta_rule(
     alpha = decay_of(decay, kt)
 
     def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, sc: float) -> Result:
+        if form == "fused":
+            gates = (torch.ones_like(steps) if alpha is None else alpha, steps, rates, mu)
+            return fused_momentum(qc, kc, pt, vc, gates, sc)
         return momentum_delta_recurrent(qc * sc, kc, vc, pt, steps, rates, mu, alpha), None
 
     return checked_result(layer, qt, kt, vt, check_scale(scale), "momentum_delta_rule")

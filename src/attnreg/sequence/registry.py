@@ -305,7 +305,7 @@ def _register_all() -> None:
         LayerEntry(
             "momentum_delta_rule",
             momentum_delta_rule,
-            LOOP,
+            ("fused", "recurrent"),
             (
                 Reading(
                     "momentum_delta_rule",
@@ -331,7 +331,7 @@ def _register_all() -> None:
         LayerEntry(
             "titans",
             titans,
-            LOOP,
+            ("fused", "recurrent"),
             (
                 Reading(
                     "titans",

@@ -17,9 +17,14 @@ from __future__ import annotations
 
 import torch
 
-from attnreg.core.validation import ArrayLike
+from attnreg.core.validation import ArrayLike, check_choice
 from attnreg.sequence.checked import Result, checked_result
-from attnreg.sequence.inputs import check_qkv, check_scale, per_token
+from attnreg.sequence.fused_momentum import fused_momentum
+from attnreg.sequence.inputs import check_qkv, check_scale, choose_mode, per_token
+
+MODES = ("auto", "fused", "recurrent")
+"""The forms of this layer: the momentum delta rule's fused kernel (``auto`` picks it on the
+CPU) and the token loop (``auto`` picks it on an accelerator)."""
 
 
 def titans(
@@ -31,13 +36,18 @@ def titans(
     momentum: float | ArrayLike,
     decay: float | ArrayLike,
     scale: float = 1.0,
+    mode: str = "auto",
 ) -> torch.Tensor:
     """Titans' linear memory (module docstring): ``q, k (B, H, T, d_k)``, ``v (B, H, T, d_v)``
     → ``o (B, H, T, d_v)``. ``lr`` ``θ_t ≥ 0``, ``momentum`` ``μ_t ∈ [0, 1]`` and ``decay``
-    ``α_t ∈ (0, 1]``: each a number, ``(H,)`` or ``(B, H, T)``. Computed by its token loop
-    (:func:`titans_recurrent`); the paper's memory MLP, its LayerNorm and its chunked
-    parallel form are not part of this layer."""
+    ``α_t ∈ (0, 1]``: each a number, ``(H,)`` or ``(B, H, T)``. ``mode``: ``"auto"``,
+    ``"fused"`` (the momentum delta rule's kernel, :mod:`~attnreg.sequence.fused_momentum`,
+    with ``p = k``, ``β = 1``, ``η = θ`` and the surprise ``Σ = −M``) or ``"recurrent"`` (the
+    token loop, :func:`titans_recurrent`); the paper's memory MLP, its LayerNorm and its
+    chunked parallel form are not part of this layer."""
     qt, kt, vt = check_qkv(q, k, v)
+    check_choice("mode", mode, MODES)
+    form = choose_mode(mode, kt)
     theta = per_token("lr", lr, kt, low=0.0)
     mu = per_token("momentum", momentum, kt, low=0.0, high=1.0)
     if decay is None:
@@ -45,6 +55,8 @@ def titans(
     alpha = per_token("decay", decay, kt, low=0.0, high=1.0, open_low=True)
 
     def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, sc: float) -> Result:
+        if form == "fused":
+            return fused_momentum(qc, kc, kc, vc, (alpha, torch.ones_like(theta), theta, mu), sc)
         return titans_recurrent(qc * sc, kc, vc, theta, mu, alpha), None
 
     return checked_result(layer, qt, kt, vt, check_scale(scale), "titans")
