@@ -133,11 +133,18 @@ def test_delta_product_shapes_are_checked_by_name():
         delta_product(q, k[:, :, :, :0], v[:, :, :, :0], 0.5)
 
 
+@pytest.mark.parametrize("mode", ["fused", "recurrent"])
 @pytest.mark.parametrize(
     ("t", "d_k", "correlated", "key_scale"),
-    [(17, 5, False, 1.0), (12, 4, True, 1.0), (3, 8, False, 1.0), (13, 4, False, 1e150)],
+    [
+        (17, 5, False, 1.0),
+        (12, 4, True, 1.0),
+        (3, 8, False, 1.0),
+        (13, 4, False, 1e150),
+        (70, 5, False, 1.0),  # past the fused backward's stored chunk of 64
+    ],
 )
-def test_generalized_delta_rule_is_its_update(t, d_k, correlated, key_scale):
+def test_generalized_delta_rule_is_its_update(t, d_k, correlated, key_scale, mode):
     """RWKV-7's form: ``a = −η ⊙ κ̂``, ``b = κ̂`` with a unit ``κ̂`` and ``η ∈ [0, 1]``, a gate
     per channel, and keys (the write) of any scale."""
     rng = np.random.default_rng(t + d_k)
@@ -148,7 +155,7 @@ def test_generalized_delta_rule_is_its_update(t, d_k, correlated, key_scale):
     a = -rng.uniform(0, 1, (B, H, t, d_k)) * kappa
     alpha = rng.uniform(0.5, 1.0, (B, H, t, d_k))
     want, bound = ref.heads(vref.dplr_loop, q, k, v, a, kappa, alpha)
-    out = generalized_delta_rule(q, k, v, a, kappa, decay=alpha).numpy()
+    out = generalized_delta_rule(q, k, v, a, kappa, decay=alpha, mode=mode).numpy()
     assert np.all(np.abs(out - want).max(-1) <= ref.U64 * bound)
 
 
@@ -172,11 +179,11 @@ def test_generalized_delta_rule_with_the_delta_step_is_deltanet():
     assert np.all(error <= bound * np.linalg.norm(q, axis=-1) * mags)
 
 
-def test_generalized_delta_rule_has_only_the_token_loop():
+def test_generalized_delta_rule_has_no_chunked_form():
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, 1, 4, 3)) for _ in range(3))
     with pytest.raises(ValueError, match="mode"):
-        generalized_delta_rule(q, k, v, k, k, mode="fused")
+        generalized_delta_rule(q, k, v, k, k, mode="chunk")
     with pytest.raises(ValueError, match="a: must have"):
         generalized_delta_rule(q, k, v, k[..., :2], k)
 

@@ -16,7 +16,9 @@ from attnreg.sequence import (
     comba,
     delta_rule,
     fused_autograd,
+    fused_generalized,
     fused_momentum,
+    generalized_delta_rule,
     linear_attention,
     longhorn,
     mesa,
@@ -259,6 +261,28 @@ def test_gradcheck_momentum_delta_rule_and_titans(monkeypatch):
         mu,
         alpha,
     )
+
+
+def test_gradcheck_generalized_delta_rule(monkeypatch):
+    """The generalized rule's backward (states stored every 4 tokens: T = 9 crosses two),
+    with one gate per token and one per key channel."""
+    monkeypatch.setattr(fused_generalized, "CHUNK", 4)
+    q, k, v, _, alpha = draw(9, 11)
+    kappa = draw(9, 12)[1]
+    erase = -0.5 * kappa
+    channels = np.random.default_rng(13).uniform(0.5, 1.0, k.shape)
+    for gate in (alpha, channels):
+        _gradcheck(
+            lambda q, k, v, a, b, g: generalized_delta_rule(
+                q, k, v, a, b, decay=g, scale=0.5, mode="fused"
+            ),
+            q,
+            k,
+            v,
+            erase,
+            kappa,
+            gate,
+        )
 
 
 def test_gradients_equal_autograd_through_the_token_loop():

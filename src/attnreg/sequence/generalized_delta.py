@@ -14,6 +14,9 @@ term is the gradient step with per-coordinate rate ``η_t`` on ``½‖W b_t‖²
 map stores along ``b_t``) and the last writes the pair ``(k_t, v_t)``: with ``k_t = η_t ⊙ b_t``
 the two together are one preconditioned LMS step on ``½‖W b_t − v_t‖²`` after a
 per-coordinate weight decay — online least squares whose erase and write keys may differ.
+
+Forms: :func:`generalized_delta_recurrent` (the token loop) and the fused CPU recurrence
+(:mod:`~attnreg.sequence.fused_generalized`).
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ import torch
 
 from attnreg.core.validation import ArrayLike, check_choice
 from attnreg.sequence.checked import Result, checked_result
-from attnreg.sequence.inputs import check_qkv, check_scale, decay_of, key_shaped
+from attnreg.sequence.fused_generalized import fused_generalized
+from attnreg.sequence.inputs import check_qkv, check_scale, choose_mode, decay_of, key_shaped
 from attnreg.sequence.tiling import decayed
 
-MODES = ("auto", "recurrent")
-"""The forms of this layer: the token loop only (``auto`` picks it)."""
+MODES = ("auto", "fused", "recurrent")
+"""The forms of this layer: the fused kernel (``auto`` picks it on the CPU) and the token loop
+(``auto`` picks it on an accelerator: there is no chunked form yet)."""
 
 
 def generalized_delta_rule(
@@ -46,15 +51,18 @@ def generalized_delta_rule(
     ``decay`` ``α_t ∈ (0, 1]``: a number, ``(H,)``, ``(B, H, T)`` or one per key channel
     ``(B, H, T, d_k)`` (RWKV-7's ``w``). ``a`` and ``b`` are any finite vectors: the transition
     ``Diag(α_t) + a_t b_tᵀ`` can expand (RWKV-7 keeps its eigenvalues in ``[−1, 1]`` by its
-    choice of ``a`` and ``b``). ``mode``: ``"auto"`` or ``"recurrent"`` (the token loop: this
-    layer has no fused or chunked form yet)."""
+    choice of ``a`` and ``b``). ``mode``: ``"auto"``, ``"fused"`` or ``"recurrent"`` (no
+    chunked form yet)."""
     qt, kt, vt = check_qkv(q, k, v)
     check_choice("mode", mode, MODES)
+    form = choose_mode(mode, kt)
     at = key_shaped("a", a, kt)
     bt = key_shaped("b", b, kt)
     alpha = decay_of(decay, kt, channels=True)
 
     def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, sc: float) -> Result:
+        if form == "fused":
+            return fused_generalized((qc, kc, vc, at, bt), alpha, sc)
         return generalized_delta_recurrent(qc * sc, kc, vc, at, bt, alpha), None
 
     return checked_result(layer, qt, kt, vt, check_scale(scale), "generalized_delta_rule")

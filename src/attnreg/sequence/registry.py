@@ -257,7 +257,7 @@ def _register_all() -> None:
         LayerEntry(
             "generalized_delta_rule",
             generalized_delta_rule,
-            LOOP,
+            ("fused", "recurrent"),
             (
                 Reading(
                     "generalized_delta_rule",
