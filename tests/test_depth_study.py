@@ -231,6 +231,32 @@ def test_grown_stacks_start_from_the_shallower_and_keep_the_plain_rows_otherwise
         DepthConfig(train_grow="yes")
 
 
+def test_grown_stacks_train_at_their_own_rate_and_stacks_in_the_dtype_asked_for():
+    """``train_grow_lr`` moves only the grown stacks' rows (the first depth trains at ``lr``);
+    ``train_dtype`` is the stack's and its batches' dtype."""
+    import torch
+
+    from attnreg.progress import Progress
+    from attnreg.studies.depth.trained import CellSampler, train_stack, trained_rows
+
+    small = TINY | {"train_layers": [1, 2], "max_iterates": 3, "train_grow": True}
+    rows = [
+        trained_rows(DepthConfig(**small, train_grow_lr=rate), Progress.quiet())
+        for rate in (1e-4, 1e-3)
+    ]
+    first = [[r["loss"] for r in x if r["kind"] == "trained" and r["layers"] == 1] for x in rows]
+    grown = [[r["loss"] for r in x if r["kind"] == "trained" and r["layers"] == 2] for x in rows]
+    assert first[0] == first[1] and grown[0] != grown[1]
+    cfg = DepthConfig(**TINY, train_dtype="float64")
+    cell = CellSampler(cfg.train_d, 8, 1.0, 0, False)
+    model, _ = train_stack(cell, 1, 2, cfg, 0, Progress.quiet())
+    assert {p.dtype for p in model.parameters()} == {torch.float64}
+    with pytest.raises(ValueError, match="train_dtype"):
+        DepthConfig(train_dtype="float16")
+    with pytest.raises(ValueError, match="train_grow_lr"):
+        DepthConfig(train_grow_lr=0.0)
+
+
 def test_the_command_writes_the_json_rows(tmp_path):
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(TINY | {"cap": 20, "kappas": [1.0, 10.0]}))

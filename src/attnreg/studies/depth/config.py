@@ -36,7 +36,10 @@ class DepthConfig:
       ``train_rotation`` (default false) gives each task its own random rotation of ``Σ`` (Fu
       et al.'s data); ``train_grow`` (default false) trains the depths in increasing order,
       each stack starting from the one before, its added layers' value side at zero (the
-      identity; ``TrainableLSA.grow_from``).
+      identity; ``TrainableLSA.grow_from``), trained at ``train_grow_lr`` (Adam's first steps
+      move every weight by about the rate: at ``lr`` a grown 8-layer stack left the 4-layer
+      stack's basin and overflowed within 9 steps); ``train_dtype`` (default float32) is the
+      trained stacks' dtype.
       The deepest stack is also matched by Fu et al.'s metric (cosine of the
       error vectors against Newton's iterates 0–23 and GD's to 1024 steps), with
       ``fu_bootstrap`` bootstrap replicates over the evaluation tasks for its error bars; the
@@ -90,6 +93,8 @@ class DepthConfig:
     train_layernorm: bool = False
     train_rotation: bool = False
     train_grow: bool = False
+    train_grow_lr: float = 3e-4
+    train_dtype: str = "float32"
     fu_bootstrap: int = 100
     fu_seeds: int = 1
     steps: int = 500
@@ -191,10 +196,12 @@ class DepthConfig:
                 raise ValueError(f"eps: each must lie in (0, 1), got {e}")
         check_choice("mixed_variant", self.mixed_variant, ("full", "diag"))
         check_choice("mixed_dtype", self.mixed_dtype, ("float32", "float64"))
+        check_choice("train_dtype", self.train_dtype, ("float32", "float64"))
         for name in (
             "lr",
             "mixed_lr",
             "mixed_grow_lr",
+            "train_grow_lr",
             "tau",
             "min_newton_slope_ratio",
             "max_newton_slope_ratio",
@@ -234,6 +241,14 @@ def full_config(**changes: Any) -> DepthConfig:
     steps of 256 tasks at rate 5e-4 from ω = 0, in two worker processes where there are two
     cores: about 50 minutes on two).
     One part alone: ``--set parts='["mixed"]'``.
+
+    Fu et al.'s stacks without LayerNorm, grown 1 → 4 → 8 layers (``--set train_grow=true
+    --set train_layernorm=false``, 2000 steps, one seed; probes of 2026-11-29): at ``lr`` =
+    3e-3 in float32 the grown 4-layer stack at κ = 1 reached loss 0.147 (GD after 4 steps:
+    0.58) but the 8-layer stack grown from it overflowed within 9 steps, and at
+    ``train_grow_lr`` = 3e-4 within 59; in float64 (``train_dtype``) at ``train_grow_lr`` =
+    1e-3 the 8-layer stack reached 0.44 at κ = 1 (GD after 8 steps: 0.23) and diverged at
+    κ = 100. So no recipe here reaches ``fu_regime`` yet.
 
     The mixed-noise recipe, measured on 2026-11-29. Single runs (σ_max = 3 and 5, 7 layers,
     one seed each): float32 stacks (full products or DIAG) diverge within a few hundred steps at

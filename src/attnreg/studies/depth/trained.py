@@ -135,9 +135,9 @@ def train_stack(
 ) -> tuple[TrainableLSA, TrainResult]:
     """A ``layers``-deep LSA (residual stream and LayerNorm as ``cfg.train_residual`` and
     ``cfg.train_layernorm`` say) trained by Adam (cosine schedule, clip 10) on fresh batches of
-    ``cfg.batch`` tasks from ``sampler`` (float32), and the run's result (its losses); from its
-    seeded initialisation, or grown from the shallower stack ``start``
-    (:meth:`TrainableLSA.grow_from`)."""
+    ``cfg.batch`` tasks from ``sampler`` (in ``cfg.train_dtype``), and the run's result (its
+    losses); from its seeded initialisation at ``cfg.lr``, or grown from the shallower stack
+    ``start`` (:meth:`TrainableLSA.grow_from`) at ``cfg.train_grow_lr``."""
     model = TrainableLSA(
         sampler.d,
         1,
@@ -146,17 +146,20 @@ def train_stack(
         seed=seed,
         residual=cfg.train_residual,
         layernorm=cfg.train_layernorm,
+        dtype=getattr(torch, cfg.train_dtype),
     )
+    lr = cfg.lr
     if start is not None:
         model.grow_from(start)
+        lr = cfg.train_grow_lr
     gen = generator(seed)
 
     def loss_fn(step: int) -> torch.Tensor:
-        t = sampler.sample(cfg.batch, gen, torch.float32)
+        t = sampler.sample(cfg.batch, gen, getattr(torch, cfg.train_dtype))
         return query_loss(model.forward_predict(t.x_ctx, t.y_ctx, t.x_query), t.y_query)
 
     config = TrainConfig(
-        steps=steps, lr=cfg.lr, schedule="cosine", clip=10.0, seed=seed, eval_every=steps
+        steps=steps, lr=lr, schedule="cosine", clip=10.0, seed=seed, eval_every=steps
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a plateau is reported by the losses, not a warning
