@@ -163,16 +163,27 @@ def solve_ridge(systems: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
     ``Λ`` keeps the system invertible. A ``Λ`` below the rounding of ``H^{kk}_t`` (e.g.
     ``lam=1e-17`` against unit keys, ``T < d_k``) leaves it singular in floating point: that is a
     ``ValueError`` naming ``lam`` (too small for the rank of the keys), never a raw
-    ``torch.linalg.LinAlgError``."""
-    x, info = torch.linalg.solve_ex(systems, rhs)
-    if bool((info != 0).any()):
+    ``torch.linalg.LinAlgError`` and never an answer made of rounding noise.
+
+    Singular in floating point: LU stopped at an exact zero pivot, or a pivot of the factors is
+    at most ``d_k · u`` times the largest (``u`` the unit roundoff). Where only ``Λ`` covers a
+    direction and ``Λ`` is below ``H^{kk}``'s rounding, the last pivots are that rounding
+    (1e-16 against 1 for ``lam=1e-17``, unit keys, ``T < d_k``), exactly zero on some CPUs and
+    not on others, and the solve would return that noise amplified 1e16-fold."""
+    lu, pivots, info = torch.linalg.lu_factor_ex(systems)
+    size = lu.diagonal(dim1=-2, dim2=-1).abs()
+    unit = torch.finfo(systems.dtype).eps / 2
+    noise = size.amin(dim=-1) <= systems.shape[-1] * unit * size.amax(dim=-1)
+    if bool((info != 0).any()) or bool(noise.any()):
         raise ValueError(
             "lam: the ridge system H^{kk}_t + diag(lam) is singular in "
             f"{str(systems.dtype).removeprefix('torch.')}: lam is too small for the rank of the "
             "keys (fewer tokens than d_k, or dependent keys, leave directions that only lam "
             "covers); use a larger lam"
         )
-    return x
+    if rhs.ndim == systems.ndim - 1:  # a batch of vectors, as torch.linalg.solve takes it
+        return torch.linalg.lu_solve(lu, pivots, rhs.unsqueeze(-1)).squeeze(-1)
+    return torch.linalg.lu_solve(lu, pivots, rhs)
 
 
 def mesa_chunked(
