@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from attnreg import GD, OLS, OLSTransformer, Ridge, associate
-from attnreg.core.validation import as_tensor, check_tasks
+from attnreg.core.tasks import check_tasks
+from attnreg.core.validation import as_tensor
 
 
 def _tasks(n=6, d=3, m=3):

@@ -52,7 +52,8 @@ from typing import Any
 
 import torch
 
-from attnreg.core.validation import check_nonnegative, check_tasks
+from attnreg.core.tasks import check_tasks
+from attnreg.core.validation import check_nonnegative
 from attnreg.estimators import Predictor
 from attnreg.family_fit import FAMILIES, FamilyFit, agreement, fit_family
 

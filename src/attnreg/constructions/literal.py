@@ -23,14 +23,14 @@ from torch import nn
 
 from attnreg.core.attention import Attention
 from attnreg.core.hooks import Hooked
+from attnreg.core.results import check_finite_result
+from attnreg.core.scaling import check_underflow
+from attnreg.core.tasks import check_model_tasks
 from attnreg.core.validation import (
     ArrayLike,
     as_tensor,
-    check_finite_result,
-    check_model_tasks,
     check_positive,
     check_positive_int,
-    check_underflow,
     per_step,
 )
 

@@ -6,8 +6,10 @@ import torch
 
 from attnreg.core.attention import Attention
 from attnreg.core.hooks import Hooked
+from attnreg.core.results import check_finite_result
 from attnreg.core.scaling import rescale_tasks
-from attnreg.core.validation import ArrayLike, check_finite_result, check_positive, check_tasks
+from attnreg.core.tasks import check_tasks
+from attnreg.core.validation import ArrayLike, check_positive
 
 
 def rls_inverse(keys: torch.Tensor, lam: float | torch.Tensor) -> torch.Tensor:

@@ -25,15 +25,10 @@ import torch
 from attnreg.core.attention import Attention
 from attnreg.core.hooks import Hooked, HookPoint
 from attnreg.core.linear import key_value_state, project, task_blocks
+from attnreg.core.results import check_finite_result
 from attnreg.core.scaling import Rescaling, rescale_tasks
-from attnreg.core.validation import (
-    ArrayLike,
-    as_tensor,
-    check_choice,
-    check_finite_result,
-    check_nonnegative,
-    check_tasks,
-)
+from attnreg.core.tasks import check_tasks
+from attnreg.core.validation import ArrayLike, as_tensor, check_choice, check_nonnegative
 from attnreg.core.whitening import COVARIANCES, METHODS, Whitening, whitening_matrix
 
 CONVENTIONS = ("package", "tan-zhao")

@@ -4,7 +4,8 @@ from attnreg.core.attention import PATHS, Attention, choose_path
 from attnreg.core.hooks import Hooked, HookPoint
 from attnreg.core.retrieval import associate, whitened_metric
 from attnreg.core.scores import SEPARATIONS, SIMILARITIES, separate, similarity_scores
-from attnreg.core.validation import as_tensor, check_tasks
+from attnreg.core.tasks import check_tasks
+from attnreg.core.validation import as_tensor
 from attnreg.core.whitening import ConditioningWarning, RankWarning, Whitening, whitening_matrix
 
 __all__ = [

@@ -13,7 +13,8 @@ import torch
 
 from attnreg.core.attention import Attention
 from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
-from attnreg.core.validation import ArrayLike, as_tensor, check_nonnegative, result_dtype
+from attnreg.core.tasks import result_dtype
+from attnreg.core.validation import ArrayLike, as_tensor, check_nonnegative
 from attnreg.core.whitening import whitening_matrix
 
 _THREAD = threading.local()

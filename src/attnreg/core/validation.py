@@ -1,4 +1,6 @@
-"""One input-validation module, used by every data-taking function of attnreg.
+"""Input validation: array conversion (:func:`as_tensor`) and scalar checks, used by every
+data-taking function of attnreg (the task signature's checks are in :mod:`attnreg.core.tasks`,
+the result policy in :mod:`attnreg.core.results` and :mod:`attnreg.core.scaling`).
 
 The rules:
 
@@ -15,13 +17,11 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
-
-from attnreg.core.scaling import underflow_error, underflowed, unit_scale
 
 _EXACT_INT_LIMIT = 2**53
 _REFUSED = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -203,147 +203,6 @@ def check_choice(name: str, value: str, choices: Iterable[str]) -> str:
     if value not in options:
         raise ValueError(f"{name}: unknown value {value!r}; valid names are {', '.join(options)}")
     return value
-
-
-def result_dtype(*tensors: torch.Tensor) -> torch.dtype:
-    """The widest floating dtype among ``tensors`` (float64 wins over float32)."""
-    dtypes = [t.dtype for t in tensors]
-    return torch.float64 if torch.float64 in dtypes else dtypes[0]
-
-
-def check_tasks(
-    x_ctx: ArrayLike,
-    y_ctx: ArrayLike,
-    x_query: ArrayLike,
-    *,
-    dtype: torch.dtype | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[int, ...]]:
-    """Validate the one signature ``predict(x_ctx, y_ctx, x_query)`` and batch it.
-
-    Accepts unbatched ``(N, d), (N,) | (N, dy), (M, d)`` or batched ``(B, N, d), (B, N, dy),
-    (B, M, d)``. Returns float tensors of shape ``(B, N, d), (B, N, dy), (B, M, d)`` in a common
-    dtype, and the output shape the caller should reshape predictions ``(B, M, dy)`` to.
-    """
-    xc = as_tensor("x_ctx", x_ctx, ndim=(2, 3), allow_empty=True)
-    yc = as_tensor("y_ctx", y_ctx, ndim=(1, 2, 3), allow_empty=True)
-    xq = as_tensor("x_query", x_query, ndim=(2, 3), allow_empty=True)
-    if xc.ndim != xq.ndim:
-        raise ValueError(
-            f"x_ctx and x_query must both be batched or both unbatched: "
-            f"x_ctx shape {tuple(xc.shape)}, x_query shape {tuple(xq.shape)}"
-        )
-    shapes = {"x_ctx": tuple(xc.shape), "y_ctx": tuple(yc.shape), "x_query": tuple(xq.shape)}
-    batched = xc.ndim == 3
-    vector_y = yc.ndim == xc.ndim - 1
-    if not vector_y and yc.ndim != xc.ndim:
-        raise ValueError(
-            f"y_ctx rank does not fit x_ctx: x_ctx shape {tuple(xc.shape)}, "
-            f"y_ctx shape {tuple(yc.shape)}"
-        )
-    if vector_y:
-        yc = yc.unsqueeze(-1)
-    if not batched:
-        xc, yc, xq = xc.unsqueeze(0), yc.unsqueeze(0), xq.unsqueeze(0)
-    if xc.shape[0] == 0:
-        raise ValueError(f"x_ctx: empty batch (B = 0 tasks), shape {shapes['x_ctx']}")
-    if xc.shape[1] == 0:
-        raise ValueError(f"x_ctx: empty context (N = 0), shape {shapes['x_ctx']}")
-    if xc.shape[2] == 0:
-        raise ValueError(f"x_ctx: zero features (d = 0), shape {shapes['x_ctx']}")
-    if yc.shape[-1] == 0:
-        raise ValueError(f"y_ctx: zero targets (dy = 0), shape {shapes['y_ctx']}")
-    if yc.shape[:2] != xc.shape[:2]:
-        raise ValueError(
-            f"x_ctx and y_ctx disagree on (batch, N): x_ctx shape {shapes['x_ctx']}, "
-            f"y_ctx shape {shapes['y_ctx']}"
-        )
-    if xq.shape[0] != xc.shape[0] or xq.shape[2] != xc.shape[2]:
-        raise ValueError(
-            f"x_query does not fit x_ctx (batch and d must agree): x_ctx shape "
-            f"{shapes['x_ctx']}, x_query shape {shapes['x_query']}"
-        )
-    common = dtype or result_dtype(xc, yc, xq)
-    xc, yc, xq = xc.to(common), yc.to(common), xq.to(common)
-    m = xq.shape[1]
-    out_shape: tuple[int, ...] = (m,) if vector_y else (m, yc.shape[-1])
-    if batched:
-        out_shape = (xc.shape[0], *out_shape)
-    return xc, yc, xq, out_shape
-
-
-def check_model_tasks(
-    x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike, d: int, dy: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[int, ...]]:
-    """:func:`check_tasks` for a model built for ``d`` features and ``dy`` targets: a
-    ``ValueError`` stating both shapes and the model's widths when they do not fit."""
-    xc, yc, xq, shape = check_tasks(x_ctx, y_ctx, x_query)
-    if xc.shape[2] != d or yc.shape[2] != dy:
-        raise ValueError(
-            f"x_ctx/y_ctx shapes {tuple(xc.shape)}/{tuple(yc.shape)} do not fit this model "
-            f"(d = {d}, dy = {dy})"
-        )
-    return xc, yc, xq, shape
-
-
-def check_finite_result(
-    out: torch.Tensor, name: str = "predict", largest: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Return ``out`` if every entry is finite; else a ``ValueError``: the inputs were finite
-    (they are checked on entry), so the computation overflowed at this input scale.
-    ``largest``: the largest ``|out|`` per task (NaN where a task has a NaN), when the
-    computation produced it (a fused kernel does, while writing ``out``): then ``out`` is not
-    read again."""
-    if largest is not None:
-        finite = bool(torch.isfinite(largest).all())
-    else:
-        finite = not out.numel() or math.isfinite(float(out.detach().sum()))
-    if not finite:
-        if not bool(torch.isfinite(out).all()):
-            raise ValueError(
-                f"{name}: the result overflowed (inf/NaN) although the inputs are finite: the "
-                "inputs or parameters are too large for this computation in "
-                f"{str(out.dtype).removeprefix('torch.')}; rescale the inputs"
-            )
-    return out
-
-
-def check_underflow(
-    out: torch.Tensor,
-    compute: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
-    x_ctx: torch.Tensor,
-    y_ctx: torch.Tensor,
-    x_query: torch.Tensor,
-    name: str = "predict",
-    cause: str = "the inputs are too small for this computation",
-) -> torch.Tensor:
-    """Return ``out`` (``(B, M, dy)``) unless a task's answer underflowed; else ``ValueError``
-    naming ``name`` and ``cause`` and asking to rescale the inputs.
-
-    A task underflowed when every entry of its answer is zero or subnormal while ``compute``
-    (the same prediction, on checked batched tensors) on its inputs rescaled by powers of two to
-    unit magnitude has a normal entry: the answer is not zero, it is below the floating range
-    at this input scale (e.g. one GD step, ``(η/N) x* XᵀY``, is of order ``s³`` for inputs of
-    magnitude ``s = 1e-300``). A genuinely zero answer (``y = 0``, queries orthogonal to the
-    context) is zero at unit scale too and is returned. ``compute`` runs only when some task's
-    answer is entirely zero or subnormal. Sequence-layer inputs ``(B, H, T, d)`` are rescaled
-    per batch element and head, and a task is a batch element.
-    """
-    if out.numel() == 0:
-        return out
-    tiny = torch.finfo(out.dtype).tiny
-    # the largest magnitude of each task's answer (amax of |out|: 4x faster than comparing
-    # every |entry| with tiny, 8x faster than vector_norm(ord=inf), measured at P8's size)
-    largest = out.detach().flatten(1).abs().amax(dim=1)
-    if not bool((largest < tiny).any()):
-        return out
-    with torch.no_grad():
-        unit = compute(
-            x_ctx / unit_scale(x_ctx), y_ctx / unit_scale(y_ctx), x_query / unit_scale(x_query)
-        )
-    bad = underflowed(out, unit)
-    if bool(bad.any()):
-        raise underflow_error(name, int(bad.nonzero()[0, 0]), out.dtype, cause)
-    return out
 
 
 def per_step(name: str, value: float | Sequence[float], steps: int) -> list[float]:

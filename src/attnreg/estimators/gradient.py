@@ -8,15 +8,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from attnreg.core.results import check_finite_result
+from attnreg.core.scaling import check_underflow
+from attnreg.core.tasks import check_tasks
 from attnreg.core.validation import (
     ArrayLike,
     as_tensor,
-    check_finite_result,
     check_nonnegative,
     check_positive,
     check_positive_int,
-    check_tasks,
-    check_underflow,
     per_step,
 )
 

@@ -8,16 +8,12 @@ from dataclasses import dataclass
 import torch
 
 from attnreg.core.attention import Attention
+from attnreg.core.results import check_finite_result
 from attnreg.core.retrieval import whitened_metric
 from attnreg.core.scaling import power_of_two_scale
 from attnreg.core.scores import SIMILARITIES
-from attnreg.core.validation import (
-    ArrayLike,
-    check_choice,
-    check_finite_result,
-    check_positive,
-    check_tasks,
-)
+from attnreg.core.tasks import check_tasks
+from attnreg.core.validation import ArrayLike, check_choice, check_positive
 
 
 @dataclass

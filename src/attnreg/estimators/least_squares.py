@@ -9,15 +9,10 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from attnreg.core.results import check_finite_result
 from attnreg.core.scaling import rescale_tasks
-from attnreg.core.validation import (
-    ArrayLike,
-    check_choice,
-    check_finite_result,
-    check_nonnegative,
-    check_positive,
-    check_tasks,
-)
+from attnreg.core.tasks import check_tasks
+from attnreg.core.validation import ArrayLike, check_choice, check_nonnegative, check_positive
 from attnreg.core.whitening import RankWarning, covariance_scale, default_rtol
 
 

@@ -7,13 +7,10 @@ from dataclasses import dataclass
 
 import torch
 
-from attnreg.core.validation import (
-    ArrayLike,
-    check_finite_result,
-    check_positive,
-    check_tasks,
-    check_underflow,
-)
+from attnreg.core.results import check_finite_result
+from attnreg.core.scaling import check_underflow
+from attnreg.core.tasks import check_tasks
+from attnreg.core.validation import ArrayLike, check_positive
 from attnreg.estimators.least_squares import Ridge
 from attnreg.sequence import delta_rule
 

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from numpy.polynomial import Polynomial
 
+from attnreg.core.results import check_finite_result
 from attnreg.core.retrieval import associate
 from attnreg.core.scaling import (
     exponent,
@@ -24,7 +25,7 @@ from attnreg.core.scaling import (
     underflowed,
 )
 from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
-from attnreg.core.validation import as_tensor, check_finite_result
+from attnreg.core.validation import as_tensor
 from attnreg.data.patterns import check_binary
 
 

@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnreg.core.results import check_finite_result
 from attnreg.core.retrieval import associate
 from attnreg.core.scaling import rescale_tasks
 from attnreg.core.streamed import DEFAULT_MEMORY_BUDGET
 from attnreg.core.validation import (
     check_choice,
-    check_finite_result,
     check_nonnegative,
     check_positive,
     check_positive_int,

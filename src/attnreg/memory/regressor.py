@@ -27,12 +27,10 @@ from typing import Any
 
 import torch
 
-from attnreg.core.validation import (
-    ArrayLike,
-    check_finite_result,
-    check_tasks,
-    check_underflow,
-)
+from attnreg.core.results import check_finite_result
+from attnreg.core.scaling import check_underflow
+from attnreg.core.tasks import check_tasks
+from attnreg.core.validation import ArrayLike
 
 
 class MemoryRegressor:

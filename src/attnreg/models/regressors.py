@@ -42,16 +42,10 @@ from torch import nn
 
 from attnreg.core.attention import Attention
 from attnreg.core.hooks import Hooked
-from attnreg.core.validation import (
-    ArrayLike,
-    check_choice,
-    check_finite_result,
-    check_model_tasks,
-    check_positive,
-    check_seed,
-    check_tasks,
-    check_underflow,
-)
+from attnreg.core.results import check_finite_result
+from attnreg.core.scaling import check_underflow
+from attnreg.core.tasks import check_model_tasks, check_tasks
+from attnreg.core.validation import ArrayLike, check_choice, check_positive, check_seed
 from attnreg.core.whitening import whitening_matrix
 
 VARIANTS = ("softmax", "regression", "whitened")

@@ -25,14 +25,10 @@ from torch import nn
 
 from attnreg.core.attention import Attention
 from attnreg.core.hooks import Hooked
-from attnreg.core.validation import (
-    ArrayLike,
-    as_tensor,
-    check_finite_result,
-    check_model_tasks,
-    check_positive_int,
-    check_underflow,
-)
+from attnreg.core.results import check_finite_result
+from attnreg.core.scaling import check_underflow
+from attnreg.core.tasks import check_model_tasks
+from attnreg.core.validation import ArrayLike, as_tensor, check_positive_int
 
 
 class TokenModel(Hooked, ABC):

@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import torch
 
+from attnreg.core.results import check_finite_result
 from attnreg.core.scaling import underflow_error, underflowed, unit_scale
-from attnreg.core.validation import check_finite_result
 from attnreg.sequence.inputs import check_finite_qkv
 
 Result = tuple[torch.Tensor, torch.Tensor | None]

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import torch
 
-from attnreg.core.validation import ArrayLike, as_tensor, result_dtype
+from attnreg.core.tasks import result_dtype
+from attnreg.core.validation import ArrayLike, as_tensor
 from attnreg.sequence.checked import Result, checked_result
 from attnreg.sequence.delta_rule import delta_forms
 from attnreg.sequence.inputs import check_finite_qkv, check_scale, choose_mode, decay_of, per_token

@@ -12,13 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from attnreg.core.validation import (
-    ArrayLike,
-    as_tensor,
-    check_choice,
-    check_finite,
-    result_dtype,
-)
+from attnreg.core.tasks import result_dtype
+from attnreg.core.validation import ArrayLike, as_tensor, check_choice, check_finite
 
 MODES = ("auto", "fused", "chunk", "recurrent")
 

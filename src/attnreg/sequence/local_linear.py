@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from attnreg.core.validation import ArrayLike, check_finite_result, check_positive
+from attnreg.core.results import check_finite_result
+from attnreg.core.validation import ArrayLike, check_positive
 from attnreg.sequence.inputs import check_qkv, check_scale
 from attnreg.sequence.softmax import causal_weights
 

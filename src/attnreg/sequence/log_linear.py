@@ -20,7 +20,8 @@ import math
 
 import torch
 
-from attnreg.core.validation import ArrayLike, as_tensor, check_finite_result
+from attnreg.core.results import check_finite_result
+from attnreg.core.validation import ArrayLike, as_tensor
 from attnreg.sequence.forgetting import forget_bias
 from attnreg.sequence.inputs import check_qkv, check_scale, decay_of
 

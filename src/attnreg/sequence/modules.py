@@ -20,7 +20,8 @@ import torch
 
 from attnreg.core import Hooked, HookPoint
 from attnreg.core.hooks import HookFn
-from attnreg.core.validation import ArrayLike, check_finite_result, check_flag, check_positive
+from attnreg.core.results import check_finite_result
+from attnreg.core.validation import ArrayLike, check_flag, check_positive
 from attnreg.sequence.delta_rule import delta_recurrent, delta_rule
 from attnreg.sequence.inputs import (
     check_lam,

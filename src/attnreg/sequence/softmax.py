@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 from torch.nn.functional import pad, scaled_dot_product_attention
 
-from attnreg.core.validation import ArrayLike, check_finite_result
+from attnreg.core.results import check_finite_result
+from attnreg.core.validation import ArrayLike
 from attnreg.sequence.inputs import check_qkv, check_scale
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 from torch.nn.functional import logsigmoid
 
-from attnreg.core.validation import ArrayLike, check_finite_result, check_flag
+from attnreg.core.results import check_finite_result
+from attnreg.core.validation import ArrayLike, check_flag
 from attnreg.sequence.inputs import check_qkv, check_scale
 
 
