@@ -170,8 +170,9 @@ def solve_ridge(systems: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
     direction and ``Λ`` is below ``H^{kk}``'s rounding, the last pivots are that rounding
     (1e-16 against 1 for ``lam=1e-17``, unit keys, ``T < d_k``), exactly zero on some CPUs and
     not on others, and the solve would return that noise amplified 1e16-fold."""
-    lu, pivots, info = torch.linalg.lu_factor_ex(systems)
-    size = lu.diagonal(dim1=-2, dim2=-1).abs()
+    x, info = torch.linalg.solve_ex(systems, rhs)
+    with torch.no_grad():  # the pivots alone (solve_ex's own backward is the cheaper one)
+        size = torch.linalg.lu_factor_ex(systems)[0].diagonal(dim1=-2, dim2=-1).abs()
     unit = torch.finfo(systems.dtype).eps / 2
     noise = size.amin(dim=-1) <= systems.shape[-1] * unit * size.amax(dim=-1)
     if bool((info != 0).any()) or bool(noise.any()):
@@ -181,9 +182,7 @@ def solve_ridge(systems: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
             "keys (fewer tokens than d_k, or dependent keys, leave directions that only lam "
             "covers); use a larger lam"
         )
-    if rhs.ndim == systems.ndim - 1:  # a batch of vectors, as torch.linalg.solve takes it
-        return torch.linalg.lu_solve(lu, pivots, rhs.unsqueeze(-1)).squeeze(-1)
-    return torch.linalg.lu_solve(lu, pivots, rhs)
+    return x
 
 
 def mesa_chunked(
