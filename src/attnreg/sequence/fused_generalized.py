@@ -31,7 +31,14 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from attnreg.sequence.fused import BACKWARD_MATH, FORWARD_MATH, as_array, set_threads
+from attnreg.sequence.fused import (
+    BACKWARD_MATH,
+    FORWARD_MATH,
+    as_array,
+    set_threads,
+    write_out,
+)
+from attnreg.sequence.fused import gates as gates_of
 
 CHUNK = 64  # tokens between stored states; the backward recomputes one chunk at a time
 
@@ -74,12 +81,7 @@ def _forward_kernel(  # type: ignore[no-untyped-def]
                     row[j] = x
                     o[j] += q_i * x
                     nxt[j] += n_i * x
-            for j in range(d_v):
-                x = scale * o[j]
-                out[b, h, t, j] = x
-                z = abs(x)
-                big[j] = z if z > big[j] else big[j]
-                bad[j] += x * 0
+            write_out(out, b, h, t, o, scale, big, bad)
             r, nxt = nxt, r
         largest[b, h] = np.nan if np.isnan(bad.sum()) else big.max()
     return out
@@ -178,13 +180,6 @@ def _backward_kernel(  # type: ignore[no-untyped-def]
     return dq
 
 
-def _gates(k: torch.Tensor, alpha: torch.Tensor | None) -> np.ndarray:
-    """``alpha`` as a ``(B, H, T, 1 or d_k)`` array (ones when ``None``)."""
-    if alpha is None:
-        return np.ones((*k.shape[:3], 1), dtype=as_array(k).dtype)
-    return as_array(alpha.unsqueeze(-1) if alpha.ndim == 3 else alpha)
-
-
 def generalized_forward(
     inputs: tuple[torch.Tensor, ...], alpha: torch.Tensor | None, scale: float, keep: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -205,7 +200,7 @@ def generalized_forward(
     n_kept = -(-n_t // keep) if keep > 0 else 0
     kept = np.empty((n_b, n_h, n_kept, d_k, d_v), dtype=dtype)
     largest = np.empty((n_b, n_h), dtype=dtype)
-    gates = _gates(k, alpha)
+    gates = gates_of(k, alpha, None)[0]
     _forward_kernel(*arrays, gates, scale, out, int(keep), kept, largest)  # type: ignore[call-arg]
     return (
         torch.from_numpy(out),
@@ -226,7 +221,7 @@ def generalized_backward(
     array's shape (``(B, H, T, 1)`` or ``(B, H, T, d_k)``)."""
     set_threads()
     arrays = [as_array(x) for x in inputs]
-    gates = _gates(inputs[1], alpha)
+    gates = gates_of(inputs[1], alpha, None)[0]
     grads = (*(np.empty_like(x) for x in arrays), np.empty_like(gates))
     _backward_kernel(  # type: ignore[call-arg]
         *arrays, gates, as_array(grad_out.to(inputs[1].dtype)), as_array(kept), int(chunk), grads

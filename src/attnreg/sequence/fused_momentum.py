@@ -33,7 +33,13 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from attnreg.sequence.fused import BACKWARD_MATH, FORWARD_MATH, as_array, set_threads
+from attnreg.sequence.fused import (
+    BACKWARD_MATH,
+    FORWARD_MATH,
+    as_array,
+    set_threads,
+    write_out,
+)
 
 CHUNK = 64  # tokens between stored state pairs; the backward recomputes one chunk at a time
 
@@ -84,12 +90,7 @@ def _forward_kernel(  # type: ignore[no-untyped-def]
                     ss[j] = x
                     o[j] += q_i * x
                     nxt[j] += p_i * x
-            for j in range(d_v):
-                x = scale * o[j]
-                out[b, h, t, j] = x
-                z = abs(x)
-                big[j] = z if z > big[j] else big[j]
-                bad[j] += x * 0
+            write_out(out, b, h, t, o, scale, big, bad)
             pred, nxt = nxt, pred
         largest[b, h] = np.nan if np.isnan(bad.sum()) else big.max()
     return out
