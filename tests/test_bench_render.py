@@ -89,13 +89,20 @@ def test_a_note_in_the_run_is_shown():
 def test_the_registered_layers_table_follows_the_targets():
     doc = _doc()
     doc["targets"][1]["details"]["registered"] = {
-        "delta_rule": {"seconds": 0.0021, "tokens_per_second": 1950476.2, "shape": "B=1, T=8"},
+        "delta_rule": {
+            "seconds": 0.0021,
+            "tokens_per_second": 1950476.2,
+            "fla_seconds": 0.0525,
+            "shape": "B=1, T=8",
+        },
         "titans": {"seconds": 0.25, "tokens_per_second": 16384.0, "shape": "B=1, T=8"},
     }
     assert render(doc) == EXPECTED + (
         "\nEvery registered sequence layer, default form, on its example inputs (P7, reported, "
-        "not judged; B=1, T=8):\n\n| layer | seconds | tokens / s |\n|---|---|---|\n"
-        "| `delta_rule` | 2.1 ms | 1,950,476 |\n| `titans` | 250 ms | 16,384 |\n"
+        "not judged; B=1, T=8):\n\n| layer | seconds | tokens / s | fla's reference | × fla |\n"
+        "|---|---|---|---|---|\n"
+        "| `delta_rule` | 2.1 ms | 1,950,476 | 52.5 ms | 25.0 × |\n"
+        "| `titans` | 250 ms | 16,384 | — | — |\n"
     )
 
 

@@ -19,6 +19,7 @@ import pytest
 import sequence_refs as ref
 import torch
 
+from attnreg.bench.registered_fla import FLA_CALLS
 from attnreg.sequence import (
     comba,
     delta_product,
@@ -32,6 +33,7 @@ from attnreg.sequence import (
     stick_breaking_attention,
     ttt_linear,
 )
+from attnreg.sequence.registry import REGISTRY
 from attnreg.studies.verify import references as vref
 
 B, H, T, D = 1, 2, 128, 8  # two blocks of the chunked forms
@@ -464,3 +466,25 @@ def test_log_linear_attention():
     _, bound = ref.heads(vref.level_weighted_sum, *f64(q * D**-0.5, k, v, lam, log_decay.exp()))
     tol = torch.from_numpy(2 * ref.U32 * bound)[..., None]  # both sides within one bound
     assert torch.all((ours - fla_layout(theirs)).abs().double() <= tol)
+
+
+@pytest.mark.parametrize("name", sorted(FLA_CALLS))
+def test_the_benchmark_times_fla_on_the_same_computation(name):
+    """Each fla call of the registered layers' timing (``attnreg.bench.registered_fla``) is the
+    layer's own computation on its example inputs — the conventions mapped — within twice the
+    registry's example bound ``u · growth(T, d_k, d_v) · max(1, max |o|)`` (both sides float32)."""
+    entry = REGISTRY[name]
+    b, h, t, d_k, d_v = (
+        1,
+        2,
+        16,
+        4,
+        4,
+    )  # d_v = d_k, as the benchmark times them (fla's Mesa needs it)
+    args = entry.example.draw(torch.Generator().manual_seed(0), (b, h, t, d_k, d_v), torch.float32)
+    ours = entry.function(**args)
+    theirs = FLA_CALLS[name](args)()
+    theirs = theirs[0] if isinstance(theirs, tuple) else theirs
+    theirs = theirs if theirs.shape == ours.shape else fla_layout(theirs)
+    bound = ref.U32 * entry.example.growth(t, d_k, d_v) * max(1.0, float(ours.abs().max()))
+    assert float((theirs - ours).abs().max()) <= 2 * bound

@@ -140,6 +140,7 @@ def test_a_registered_toy_layer_reaches_the_table_tests_verify_bench_and_the_lay
     five places that iterate the registry; unregistered, it is gone; a second entry of one name
     is refused."""
     from attnreg.bench.registered import registered_seconds
+    from attnreg.bench.registered_fla import FLA_CALLS
     from attnreg.studies.layers.config import LayersConfig
     from attnreg.studies.layers.model import InContextLayer
     from attnreg.studies.verify.cases import CASES, make_task
@@ -159,6 +160,8 @@ def test_a_registered_toy_layer_reaches_the_table_tests_verify_bench_and_the_lay
         timed = registered_seconds(1, 16, 4, 1)  # bench
         assert set(timed) == {e.name for e in REGISTRY.values()}
         assert timed["toy_layer"]["shape"] == "B=1, H=1, T=16, d_k=d_v=4, float32"
+        # fla's reference timed beside each layer that has one (every call runs)
+        assert {n for n, r in timed.items() if r["fla_seconds"] is not None} == set(FLA_CALLS)
         LayersConfig(layers=["toy_layer"])  # the layers study
         model = InContextLayer("toy_layer", 3, 0.1, 0)
         x, y = torch.randn(2, 6, 3), torch.randn(2, 6, 1)

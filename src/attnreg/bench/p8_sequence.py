@@ -244,7 +244,7 @@ def bench_p8(sizes: Sizes, repeat: int, rate: float, threads: int) -> BenchResul
             "delta_fraction_vs_first_rate": flops / delta_sec["attnreg_beside_matmul"] / rate,
             "delta_wy_floor": _floor_rows(delta_sec, floors, flops, local_rate),
             "registered": registered_seconds(
-                heads, max(length // REGISTERED_SHORTER, 1), d, repeat
+                heads, max(length // REGISTERED_SHORTER, 1), d, repeat, with_fla=missing is None
             ),
         },
     )

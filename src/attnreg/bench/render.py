@@ -170,12 +170,16 @@ def _registered(targets: Sequence[Mapping[str, Any]]) -> list[str]:
             f"Every registered sequence layer, default form, on its example inputs ({t['id']}, "
             f"reported, not judged; {shape}):",
             "",
-            "| layer | seconds | tokens / s |",
-            "|---|---|---|",
+            "| layer | seconds | tokens / s | fla's reference | × fla |",
+            "|---|---|---|---|---|",
         ]
         for name, row in timed.items():
+            fla = row.get("fla_seconds")
+            theirs = "—" if fla is None else _duration(fla)
+            ratio = "—" if fla is None else f"{fla / row['seconds']:,.1f} ×"
             lines.append(
-                f"| `{name}` | {_duration(row['seconds'])} | {row['tokens_per_second']:,.0f} |"
+                f"| `{name}` | {_duration(row['seconds'])} | {row['tokens_per_second']:,.0f} "
+                f"| {theirs} | {ratio} |"
             )
         return lines
     return []
