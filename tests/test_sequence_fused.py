@@ -327,13 +327,16 @@ def test_auto_picks_fused_on_the_cpu_and_chunk_elsewhere():
     meta = torch.zeros(1, 1, 1, 1, device="meta")  # stands in for an accelerator
     assert choose_mode("auto", cpu) == "fused"
     assert choose_mode("auto", meta) == "chunk"
-    assert choose_mode("auto", cpu, fused=False) == "chunk"
+    assert choose_mode("auto", cpu, forms=("chunk", "recurrent")) == "chunk"
+    assert choose_mode("auto", meta, forms=("fused", "recurrent")) == "recurrent"
     assert choose_mode("chunk", cpu) == "chunk"
     assert choose_mode("recurrent", meta) == "recurrent"
     with pytest.raises(ValueError, match="CPU only"):
         choose_mode("fused", meta)
     with pytest.raises(ValueError, match="no fused form"):
-        choose_mode("fused", cpu, fused=False)
+        choose_mode("fused", cpu, forms=("chunk", "recurrent"))
+    with pytest.raises(ValueError, match="no chunk form"):
+        choose_mode("chunk", cpu, forms=("fused", "recurrent"))
     q, k, v, beta, _ = draw(3, 6)
     with pytest.raises(ValueError, match="no fused form"):
         mesa(q, k, v, beta, lam=1.0, mode="fused")

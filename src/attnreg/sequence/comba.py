@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from attnreg.core.validation import ArrayLike, check_choice
+from attnreg.core.validation import ArrayLike
 from attnreg.sequence.checked import Result, checked_result
 from attnreg.sequence.fused_autograd import fused
 from attnreg.sequence.inputs import (
@@ -30,9 +30,9 @@ from attnreg.sequence.inputs import (
     per_token,
 )
 
-MODES = ("auto", "fused", "recurrent")
-"""The forms of this layer: the fused kernel (``auto`` picks it on the CPU) and the token loop
-(``auto`` picks it on an accelerator: there is no chunked form)."""
+FORMS = ("fused", "recurrent")
+"""This layer's forms: ``mode="auto"`` picks the fused kernel on the CPU and the token loop
+elsewhere (no chunked form yet)."""
 
 
 def comba(
@@ -51,8 +51,7 @@ def comba(
     :func:`attnreg.sequence.delta_rule` (one per token: a number, ``(H,)`` or ``(B, H, T)``).
     ``mode``: ``"auto"``, ``"fused"`` or ``"recurrent"`` (no chunked form yet)."""
     qt, kt, vt = check_qkv(q, k, v)
-    check_choice("mode", mode, MODES)
-    form = choose_mode(mode, kt)
+    form = choose_mode(mode, kt, forms=FORMS)
     pt = key_shaped("p", p, kt)
     b = per_token("beta", beta, kt, low=0.0)
     alpha = decay_of(decay, kt)

@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import torch
 
-from attnreg.core.validation import ArrayLike, check_choice
+from attnreg.core.validation import ArrayLike
 from attnreg.sequence.checked import Result, checked_result
 from attnreg.sequence.fused_generalized import fused_generalized
 from attnreg.sequence.inputs import check_qkv, check_scale, choose_mode, decay_of, key_shaped
 from attnreg.sequence.tiling import decayed
 
-MODES = ("auto", "fused", "recurrent")
-"""The forms of this layer: the fused kernel (``auto`` picks it on the CPU) and the token loop
-(``auto`` picks it on an accelerator: there is no chunked form yet)."""
+FORMS = ("fused", "recurrent")
+"""This layer's forms: ``mode="auto"`` picks the fused kernel on the CPU and the token loop
+elsewhere (no chunked form yet)."""
 
 
 def generalized_delta_rule(
@@ -54,8 +54,7 @@ def generalized_delta_rule(
     choice of ``a`` and ``b``). ``mode``: ``"auto"``, ``"fused"`` or ``"recurrent"`` (no
     chunked form yet)."""
     qt, kt, vt = check_qkv(q, k, v)
-    check_choice("mode", mode, MODES)
-    form = choose_mode(mode, kt)
+    form = choose_mode(mode, kt, forms=FORMS)
     at = key_shaped("a", a, kt)
     bt = key_shaped("b", b, kt)
     alpha = decay_of(decay, kt, channels=True)

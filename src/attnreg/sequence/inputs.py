@@ -165,33 +165,39 @@ def check_mode(mode: str) -> str:
     return check_choice("mode", mode, MODES)
 
 
-def choose_mode(mode: str, like: torch.Tensor, *, fused: bool = True) -> str:
-    """The form a layer computes, for ``mode`` and inputs like ``like``:
+FORMS = ("fused", "chunk", "recurrent")
+"""Every form a layer may have (``mode`` values besides ``"auto"``)."""
+
+
+def choose_mode(mode: str, like: torch.Tensor, *, forms: tuple[str, ...] = FORMS) -> str:
+    """The form a layer with the forms ``forms`` (its subset of :data:`FORMS`, the token loop
+    ``recurrent`` always among them) computes, for ``mode`` and inputs like ``like``:
 
     ========== ======================== ==========================================
     mode       inputs on the CPU         inputs on an accelerator (e.g. CUDA)
     ========== ======================== ==========================================
-    ``auto``   ``fused`` (``chunk`` for  ``chunk``
-               a layer without one)
+    ``auto``   ``fused``; else ``chunk``; ``chunk``; else ``recurrent``
+               else ``recurrent``
     ``fused``  ``fused``                 ``ValueError`` (the kernel is CPU code)
     ``chunk``  ``chunk``                 ``chunk``
     ========== ======================== ==========================================
 
-    ``recurrent`` is always itself. ``fused=False``: the layer has no fused form (its state
-    update is not diagonal plus rank one, e.g. Mesa), and ``mode="fused"`` is a ``ValueError``.
+    ``recurrent`` is always itself. A form the layer does not have is a ``ValueError`` naming
+    ``mode`` and the layer's forms (Mesa has no fused form: its state update is not diagonal
+    plus rank one; the 2025 token-loop layers have no chunked form yet).
     """
     mode = check_mode(mode)
     cpu = like.device.type == "cpu"
     if mode == "auto":
-        return "fused" if fused and cpu else "chunk"
-    if mode == "fused":
-        if not fused:
-            raise ValueError(
-                "mode: 'fused' covers the layers whose state update is diagonal plus rank one; "
-                "this layer has no fused form (use 'auto', 'chunk' or 'recurrent')"
-            )
-        if not cpu:
-            raise ValueError(f"mode: 'fused' runs on the CPU only; the inputs are on {like.device}")
+        if "fused" in forms and cpu:
+            return "fused"
+        return "chunk" if "chunk" in forms else "recurrent"
+    if mode not in forms:
+        raise ValueError(
+            f"mode: this layer has no {mode} form; its forms are auto, {', '.join(forms)}"
+        )
+    if mode == "fused" and not cpu:
+        raise ValueError(f"mode: 'fused' runs on the CPU only; the inputs are on {like.device}")
     return mode
 
 

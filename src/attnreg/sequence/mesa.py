@@ -102,7 +102,7 @@ def mesa(
     b = per_token("beta", beta, kt, low=0.0)
     alpha = decay_of(decay, kt)
     lam_t = check_lam(lam, kt)
-    mode = choose_mode(mode, kt, fused=False)
+    mode = choose_mode(mode, kt, forms=("chunk", "recurrent"))
 
     def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, sc: float) -> Result:
         qs = scaled(qc, sc)

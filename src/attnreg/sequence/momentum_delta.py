@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from attnreg.core.validation import ArrayLike, check_choice
+from attnreg.core.validation import ArrayLike
 from attnreg.sequence.checked import Result, checked_result
 from attnreg.sequence.fused_momentum import fused_momentum
 from attnreg.sequence.inputs import (
@@ -32,9 +32,9 @@ from attnreg.sequence.inputs import (
     per_token,
 )
 
-MODES = ("auto", "fused", "recurrent")
-"""The forms of this layer: the fused kernel (``auto`` picks it on the CPU) and the token loop
-(``auto`` picks it on an accelerator: there is no chunked form)."""
+FORMS = ("fused", "recurrent")
+"""This layer's forms: ``mode="auto"`` picks the fused kernel on the CPU and the token loop
+elsewhere (no chunked form yet)."""
 
 
 def momentum_delta_rule(
@@ -55,8 +55,7 @@ def momentum_delta_rule(
     gradient's scale), ``momentum`` ``μ_t ∈ [0, 1]`` and ``decay`` ``α_t ∈ (0, 1]``: each a
     number, ``(H,)`` or ``(B, H, T)``. ``mode``: ``"auto"``, ``"fused"`` or ``"recurrent"``."""
     qt, kt, vt = check_qkv(q, k, v)
-    check_choice("mode", mode, MODES)
-    form = choose_mode(mode, kt)
+    form = choose_mode(mode, kt, forms=FORMS)
     pt = key_shaped("p", p, kt)
     steps = per_token("beta", beta, kt, low=0.0)
     rates = per_token("eta", eta, kt, low=0.0)

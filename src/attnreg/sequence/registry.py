@@ -21,11 +21,13 @@ import numpy as np
 import torch
 
 from attnreg.sequence import examples as ex
+from attnreg.sequence.comba import FORMS as COMBA_FORMS
 from attnreg.sequence.comba import comba
 from attnreg.sequence.delta_product import delta_product
 from attnreg.sequence.delta_rule import delta_rule
 from attnreg.sequence.examples import Shape
 from attnreg.sequence.forgetting import forgetting_attention
+from attnreg.sequence.generalized_delta import FORMS as GENERALIZED_DELTA_FORMS
 from attnreg.sequence.generalized_delta import generalized_delta_rule
 from attnreg.sequence.linear_attention import linear_attention
 from attnreg.sequence.local_linear import local_linear_attention
@@ -40,9 +42,11 @@ from attnreg.sequence.modules import (
     MesaNetLayer,
     SoftmaxAttentionLayer,
 )
+from attnreg.sequence.momentum_delta import FORMS as MOMENTUM_DELTA_FORMS
 from attnreg.sequence.momentum_delta import momentum_delta_rule
 from attnreg.sequence.softmax import softmax_attention
 from attnreg.sequence.stick_breaking import stick_breaking_attention
+from attnreg.sequence.titans import FORMS as TITANS_FORMS
 from attnreg.sequence.titans import titans
 from attnreg.sequence.ttt import ttt_linear
 
@@ -257,7 +261,7 @@ def _register_all() -> None:
         LayerEntry(
             "generalized_delta_rule",
             generalized_delta_rule,
-            ("fused", "recurrent"),
+            GENERALIZED_DELTA_FORMS,
             (
                 Reading(
                     "generalized_delta_rule",
@@ -284,7 +288,7 @@ def _register_all() -> None:
         LayerEntry(
             "comba",
             comba,
-            ("fused", "recurrent"),
+            COMBA_FORMS,
             (
                 Reading(
                     "comba",
@@ -305,7 +309,7 @@ def _register_all() -> None:
         LayerEntry(
             "momentum_delta_rule",
             momentum_delta_rule,
-            ("fused", "recurrent"),
+            MOMENTUM_DELTA_FORMS,
             (
                 Reading(
                     "momentum_delta_rule",
@@ -331,7 +335,7 @@ def _register_all() -> None:
         LayerEntry(
             "titans",
             titans,
-            ("fused", "recurrent"),
+            TITANS_FORMS,
             (
                 Reading(
                     "titans",

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import torch
 
-from attnreg.core.validation import ArrayLike, check_choice
+from attnreg.core.validation import ArrayLike
 from attnreg.sequence.checked import Result, checked_result
 from attnreg.sequence.fused_momentum import fused_momentum
 from attnreg.sequence.inputs import check_qkv, check_scale, choose_mode, per_token
 
-MODES = ("auto", "fused", "recurrent")
-"""The forms of this layer: the momentum delta rule's fused kernel (``auto`` picks it on the
-CPU) and the token loop (``auto`` picks it on an accelerator)."""
+FORMS = ("fused", "recurrent")
+"""This layer's forms: ``mode="auto"`` picks the fused kernel on the CPU and the token loop
+elsewhere (no chunked form yet)."""
 
 
 def titans(
@@ -46,8 +46,7 @@ def titans(
     token loop, :func:`titans_recurrent`); the paper's memory MLP, its LayerNorm and its
     chunked parallel form are not part of this layer."""
     qt, kt, vt = check_qkv(q, k, v)
-    check_choice("mode", mode, MODES)
-    form = choose_mode(mode, kt)
+    form = choose_mode(mode, kt, forms=FORMS)
     theta = per_token("lr", lr, kt, low=0.0)
     mu = per_token("momentum", momentum, kt, low=0.0, high=1.0)
     if decay is None:
