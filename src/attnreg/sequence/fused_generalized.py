@@ -90,25 +90,30 @@ def _forward_kernel(  # type: ignore[no-untyped-def]
 @njit(cache=True, fastmath=FORWARD_MATH)
 def _recompute(k, v, a, b_, alpha, b, h, t0, t1, states, reads):  # type: ignore[no-untyped-def]
     """The states after tokens ``t0 … t1−1`` (``states[n + 1]``, from the stored
-    ``states[0]``) and each token's read ``reads[n] = b_tᵀ S_{t−1}``."""
+    ``states[0]``) and each token's read ``reads[n] = b_tᵀ S_{t−1}``: the first read from the
+    stored state, each next one accumulated while the state rows are written (as in the
+    forward kernel)."""
     d_k = k.shape[3]
     d_v = v.shape[3]
     per_row = alpha.shape[3] != 1
+    reads[0] = 0
+    for i in range(d_k):
+        for j in range(d_v):
+            reads[0, j] += b_[b, h, t0, i] * states[0, i, j]
     for t in range(t0, t1):
         n = t - t0
-        reads[n] = 0
-        for i in range(d_k):
-            n_i = b_[b, h, t, i]
-            for j in range(d_v):
-                reads[n, j] += n_i * states[n, i, j]
+        ahead = t + 1 < t1
+        if ahead:
+            reads[n + 1] = 0
         for i in range(d_k):
             a_i = alpha[b, h, t, i] if per_row else alpha[b, h, t, 0]
             e_i = a[b, h, t, i]
             k_i = k[b, h, t, i]
             for j in range(d_v):
-                states[n + 1, i, j] = (
-                    a_i * states[n, i, j] + e_i * reads[n, j] + k_i * v[b, h, t, j]
-                )
+                x = a_i * states[n, i, j] + e_i * reads[n, j] + k_i * v[b, h, t, j]
+                states[n + 1, i, j] = x
+                if ahead:
+                    reads[n + 1, j] += b_[b, h, t + 1, i] * x
 
 
 @njit(parallel=True, cache=True, fastmath=BACKWARD_MATH)
