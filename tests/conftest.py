@@ -7,5 +7,14 @@ import os
 os.environ.setdefault("SCIPY_ARRAY_API", "1")
 
 import matplotlib
+import pytest
+from toy_plugin import install
 
 matplotlib.use("Agg")
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    """The toy study (``tests/toy_plugin.py``) registered for this test and the processes it
+    starts."""
+    yield from install(tmp_path, monkeypatch)

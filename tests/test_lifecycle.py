@@ -108,17 +108,17 @@ def _workers(parent):
     return [p for p in parent.children(recursive=True) if "spawn_main" in " ".join(p.cmdline())]
 
 
-def test_ctrl_c_during_report_stops_fast_keeps_finished_cells_and_no_child(tmp_path):
+def test_ctrl_c_during_report_stops_fast_keeps_finished_cells_and_no_child(toy, tmp_path):
     out = tmp_path / "page"
     overrides = tmp_path / "tiny.yaml"
-    overrides.write_text(yaml.safe_dump({"verify": {"dtypes": ["float32"]}, "icl": ENDLESS_ICL}))
+    overrides.write_text(yaml.safe_dump({"icl": ENDLESS_ICL}))
     cmd = [
         *ATTNREG,
         "report",
         "--out",
         str(out),
         "--study",
-        "verify",
+        "toy",
         "--study",
         "icl",
         "--overrides",
@@ -134,9 +134,9 @@ def test_ctrl_c_during_report_stops_fast_keeps_finished_cells_and_no_child(tmp_p
         )
     try:
         parent = psutil.Process(proc.pid)
-        # verify finishes in about a second; icl is still training when it is stored
-        done = lambda: "verify:done" in _statuses(out / "results.db").values()  # noqa: E731
-        _wait_until(done, 240, "the verify cell", proc)
+        # the toy cell (tests/toy_plugin.py) ends at once; icl is still training when it is stored
+        done = lambda: "toy:done" in _statuses(out / "results.db").values()  # noqa: E731
+        _wait_until(done, 240, "the toy cell", proc)
         family = [parent, *parent.children(recursive=True)]
         assert _workers(parent), "the icl cell must still be running in a worker"
         started = time.monotonic()
@@ -152,12 +152,12 @@ def test_ctrl_c_during_report_stops_fast_keeps_finished_cells_and_no_child(tmp_p
         f"Stopped by SIGINT: 1 finished cell stored in {out / 'results.db'} by this run; "
         "run the same command again to continue."
     )
-    assert sorted(_statuses(out / "results.db").values()) == ["verify:done"]
+    assert sorted(_statuses(out / "results.db").values()) == ["toy:done"]
 
 
-def test_sigkill_of_sweep_leaves_no_process_behind(tmp_path):
+def test_sigkill_of_sweep_leaves_no_process_behind(toy, tmp_path):
     sweep = tmp_path / "many.yaml"
-    cells = {"study": "verify", "base": {"dtypes": ["float32"]}, "seeds": list(range(40))}
+    cells = {"study": "toy", "base": {"pause": 1.0}, "seeds": list(range(40))}
     sweep.write_text(yaml.safe_dump(cells))
     store = tmp_path / "r.db"
     cmd = [*ATTNREG, "sweep", str(sweep), "--store", str(store), "--workers", "1"]
@@ -190,11 +190,11 @@ db.execute("COMMIT")
 """
 
 
-def test_store_locked_by_another_writer_delays_the_sweep_but_loses_nothing(tmp_path):
+def test_store_locked_by_another_writer_delays_the_sweep_but_loses_nothing(toy, tmp_path):
     store = tmp_path / "r.db"
     ResultsStore(store).close()
     sweep = tmp_path / "s.yaml"
-    cells = {"study": "verify", "base": {"dtypes": ["float32"]}, "seeds": [0, 1]}
+    cells = {"study": "toy", "seeds": [0, 1]}
     sweep.write_text(yaml.safe_dump(cells))
     locker = subprocess.Popen(
         [sys.executable, "-c", LOCKER, str(store)],

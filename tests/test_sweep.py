@@ -104,6 +104,10 @@ def test_failing_cell_is_reported_not_raised():
     assert result.status == "failed" and "dtypes" in result.error
 
 
+# the executor tests run the toy study (tests/toy_plugin.py): cells of a known duration
+TOY = {"study": "toy", "base": {"pause": 0.5}, "grid": {"n": [2, 3]}, "seeds": [0, 1]}
+
+
 def _stored(path):
     if not path.exists():
         return {}
@@ -111,8 +115,8 @@ def _stored(path):
         return {c.key: c for c in store.cells()}
 
 
-def test_sigkill_mid_sweep_then_resume(tmp_path):
-    data = {**SWEEP, "grid": {"ridge": [0.1, 0.2, 0.3, 0.4]}, "seeds": [0, 1]}
+def test_sigkill_mid_sweep_then_resume(toy, tmp_path):
+    data = {**TOY, "grid": {"n": [1, 2, 3, 4]}}
     path, store = _write(tmp_path, data), tmp_path / "r.db"
     cmd = [
         sys.executable,
@@ -146,8 +150,8 @@ def test_sigkill_mid_sweep_then_resume(tmp_path):
         assert db.count() == 8
 
 
-def test_dask_local_cluster_matches_local_executor(tmp_path):
-    cells = parse_sweep(SWEEP).cells
+def test_dask_local_cluster_matches_local_executor(toy, tmp_path):
+    cells = parse_sweep(TOY).cells
     with ResultsStore(tmp_path / "local.db") as local:
         run_cells(cells, local, executor="local", workers=2, progress=False)
         expected = {c.key: c.rows for c in local.cells()}
@@ -157,10 +161,10 @@ def test_dask_local_cluster_matches_local_executor(tmp_path):
     assert out.done == 4 and got == expected
 
 
-def test_lost_dask_worker_still_completes_the_store(tmp_path):
+def test_lost_dask_worker_still_completes_the_store(toy, tmp_path):
     from distributed import Client, LocalCluster
 
-    data = {**SWEEP, "grid": {"ridge": [0.1, 0.2, 0.3, 0.4, 0.5]}, "seeds": [0, 1]}
+    data = {**TOY, "grid": {"n": [1, 2, 3, 4, 5]}}
     cells = parse_sweep(data).cells
     store_path = tmp_path / "r.db"
     with (

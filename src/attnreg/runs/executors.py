@@ -36,7 +36,13 @@ from attnreg.core.threads import check_count
 from attnreg.core.validation import check_choice
 from attnreg.progress import Display
 from attnreg.runs.cells import CellSpec, execute_cell, send_progress_to
-from attnreg.runs.lifecycle import RunInterrupted, StopSignals, terminate_trees, worker_init
+from attnreg.runs.lifecycle import (
+    RunInterrupted,
+    StopSignals,
+    sigint_blocked,
+    terminate_trees,
+    worker_init,
+)
 from attnreg.runs.store import CellResult, ResultsStore, StoreBusy
 
 EXECUTORS = ("local", "dask")
@@ -209,8 +215,9 @@ def _run_local(
         )
         futures: dict[Future[CellResult], str] = {}
         try:
-            for key, cell in remaining.items():
-                futures[pool.submit(execute_cell, cell, figures, threads)] = key
+            with sigint_blocked():  # the workers start here: see lifecycle.sigint_blocked
+                for key, cell in remaining.items():
+                    futures[pool.submit(execute_cell, cell, figures, threads)] = key
             broken = False
             while futures and not broken and not stop.requested():
                 finished, _ = wait(futures, timeout=POLL, return_when=FIRST_COMPLETED)

@@ -4,7 +4,10 @@
   executors stop waiting, store every cell that has finished, end their workers and raise
   :class:`RunInterrupted`.
 * A worker ignores SIGINT (a Ctrl-C in the terminal reaches the whole process group; the
-  client decides) and, on SIGTERM, ends its own child processes, then exits.
+  client decides) and, on SIGTERM, ends its own child processes, then exits. The client starts
+  its workers with SIGINT blocked (:func:`sigint_blocked`; a child keeps the signal mask), so a
+  Ctrl-C that comes while a worker is still importing waits until it ignores SIGINT instead of
+  printing that worker's ``KeyboardInterrupt`` traceback.
 * A worker whose parent is gone, even killed with SIGKILL, exits too: on Linux the kernel sends
   it SIGTERM (``prctl(PR_SET_PDEATHSIG)``), and everywhere a watchdog thread polls the parent's
   pid. With every worker gone, multiprocessing's resource tracker reads end-of-file and exits.
@@ -20,7 +23,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -154,10 +157,28 @@ def _die_with_parent(signum: int) -> None:
         libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
 
 
+@contextlib.contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """SIGINT held pending in this thread while the block runs (where the platform has signal
+    masks): a worker process started here inherits the mask, and :func:`worker_init` unblocks
+    it once SIGINT is ignored. A Ctrl-C meanwhile reaches this process when the block ends."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def worker_init(parent_pid: int) -> None:
-    """Initializer of every pool worker: SIGINT ignored, SIGTERM ends the worker and its
-    children, and the worker exits as soon as its parent ``parent_pid`` is gone."""
+    """Initializer of every pool worker: SIGINT ignored (and unblocked: see
+    :func:`sigint_blocked`), SIGTERM ends the worker and its children, and the worker exits as
+    soon as its parent ``parent_pid`` is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGTERM, _on_sigterm)
     _die_with_parent(signal.SIGTERM)
     if os.getppid() != parent_pid:  # the parent died before the line above

@@ -318,12 +318,15 @@ def local_linear_fit(q: Array, k: Array, v: Array, lam: float, scale: float) -> 
 def propagated(jacobians: list[Array], terms: list[float]) -> Array:
     """``Σ_{s≤t} ‖J_t ⋯ J_{s+1}‖₂ τ_s`` for every ``t`` (``J_t`` the update's Jacobian at step
     ``t``, ``τ_s`` the magnitude of the terms rounded at step ``s``)."""
-    products: list[Array] = []
+    if not jacobians:
+        return np.zeros(0)
+    m = len(jacobians[0])
+    products = np.zeros((0, m, m))
     out = []
     for jac in jacobians:
-        products = [jac @ prod for prod in products] + [np.eye(len(jac))]
-        seen = terms[: len(products)]
-        out.append(sum(np.linalg.norm(P, 2) * t for P, t in zip(products, seen, strict=True)))
+        products = np.concatenate([jac @ products, np.eye(m)[None]])
+        norms = np.linalg.norm(products, 2, axis=(1, 2)) * np.asarray(terms[: len(products)])
+        out.append(sum(norms))
     return np.array(out)
 
 
