@@ -236,18 +236,19 @@ def test_study_configs_and_the_registry_import_nothing_heavy() -> None:
     """A config module is a leaf in fact, not only per file: importing it (which runs its
     package's ``__init__``) or the whole registry loads no training loop, no matplotlib and no
     runner. ``import torch`` itself loads ``torch.optim`` (torch 2.x); that much is allowed,
-    nothing beyond it."""
+    nothing beyond it. The registry imports every study's config (asserted), so what it loads
+    is a superset of what any one config loads: one fresh interpreter checks them all."""
     by_torch = _loaded("torch")
-    for module in [*_study_configs(), "attnreg.studies.registry"]:
-        loaded = _loaded(module)
-        heavy = sorted(
-            {
-                name if name.startswith("attnreg.") else name.split(".")[0]
-                for name in loaded - by_torch
-                if name.split(".")[0] in ("matplotlib", "sklearn")
-                or name in HEAVY
-                or (name.startswith("attnreg.studies.") and name.endswith(".run"))
-            }
-        )
-        assert heavy == [], f"importing {module} loads {heavy}"
-        assert "attnreg.training" not in loaded and "matplotlib" not in loaded, module
+    loaded = _loaded("attnreg.studies.registry")
+    assert set(_study_configs()) <= loaded
+    heavy = sorted(
+        {
+            name if name.startswith("attnreg.") else name.split(".")[0]
+            for name in loaded - by_torch
+            if name.split(".")[0] in ("matplotlib", "sklearn")
+            or name in HEAVY
+            or (name.startswith("attnreg.studies.") and name.endswith(".run"))
+        }
+    )
+    assert heavy == [], f"importing the registry loads {heavy}"
+    assert "attnreg.training" not in loaded and "matplotlib" not in loaded
