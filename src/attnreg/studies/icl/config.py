@@ -67,7 +67,7 @@ class ICLConfig:
     n_ctx: int = 10
     eval_tasks: int = 10000
     fit_tasks: int = 10000
-    batch: int = 2048
+    batch: int = 1024  # the full profile: 2048, as von Oswald et al.'s code
     lr: float = 1e-2
     schedule: str = "cosine"
     clip: float = 10.0
@@ -148,13 +148,16 @@ class ICLConfig:
 
 
 def quick_config(**changes: Any) -> ICLConfig:
-    """The quick profile (a few minutes on 2 cores)."""
+    """The quick profile (a minute and a half on one core): batches of 1024 tasks per step,
+    half von Oswald et al.'s 2048 (every check and claim the same as with 2048 on seed 0, the
+    step a third cheaper)."""
     return ICLConfig(**changes)
 
 
 def full_config(**changes: Any) -> ICLConfig:
     """The full profile: every model, longer training, more evaluation tasks for the sweeps."""
     base: dict[str, Any] = {
+        "batch": 2048,
         "steps": 5000,
         "deep_steps": 10000,
         "lr": 3e-3,

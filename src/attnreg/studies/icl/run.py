@@ -7,7 +7,8 @@ number of context examples; Akyürek et al. (2023) for comparing trained models 
 
 Setup (their code's convention): ``d = N = 10``, ``x ~ U(−0.5, 0.5)``, ``w ~ N(0, I)``,
 ``y = wᵀx``, loss ``0.5 × MSE`` on the query, evaluation on 10,000 tasks. Models are trained
-online (a fresh batch of 2048 tasks per Adam step) by :func:`attnreg.training.train`.
+online (a fresh batch of ``batch`` tasks per Adam step: 2048 as in their code in the full
+profile, 1024 in the quick one) by :func:`attnreg.training.train`.
 
 References are fitted on a separate set of ``fit_tasks`` tasks and evaluated on the same
 evaluation tasks as the models: GD with the line-searched η (exact: the one-step prediction is
