@@ -462,28 +462,34 @@ def ttt_data(t, d, seed, correlated=False, key_scale=1.0, **_):
     return q, k, v, lr
 
 
+TTT_FORMS = ("chunk", "recurrent")
+
+
+@pytest.mark.parametrize("mode", TTT_FORMS)
 @pytest.mark.parametrize("case", TTT_CASES)
-def test_ttt_linear_is_mini_batch_sgd_read_out_in_the_dual_form(case):
+def test_ttt_linear_is_mini_batch_sgd_read_out_in_the_dual_form(case, mode):
     spec = TTT_CASES[case]
     q, k, v, lr = ttt_data(seed=len(case), **spec)
     want, _ = ref.heads(sgd_ttt, q, k, v, lr, np.full((B, H), spec["batch"]))
-    out = ttt_linear(q, k, v, lr, batch_size=spec["batch"]).numpy()
+    out = ttt_linear(q, k, v, lr, batch_size=spec["batch"], mode=mode).numpy()
     _, mags = ref.heads(ref.lms, q, k, v, lr, np.ones(lr.shape))  # Σ η ‖k‖ ‖v‖ so far
     n = spec["d"] + spec["batch"]
     bound = 8 * ref.U64 * n * np.arange(1, spec["t"] + 1) * np.linalg.norm(q, axis=-1) * mags
     assert np.all(np.linalg.norm(out - want, axis=-1) <= bound)
 
 
-def test_ttt_linear_with_batches_of_one_is_deltanet():
+@pytest.mark.parametrize("mode", TTT_FORMS)
+def test_ttt_linear_with_batches_of_one_is_deltanet(mode):
     q, k, v, lr = ttt_data(33, 5, 8)
     want, mags = ref.heads(ref.lms, q, k, v, lr, np.ones(lr.shape))
-    out = ttt_linear(q, k, v, lr, batch_size=1).numpy()
+    out = ttt_linear(q, k, v, lr, batch_size=1, mode=mode).numpy()
     bound = 8 * ref.U64 * 5 * np.arange(1, 34) * np.linalg.norm(q, axis=-1) * mags
     assert np.all(np.linalg.norm(out - want, axis=-1) <= bound)
 
 
+@pytest.mark.parametrize("mode", TTT_FORMS)
 @pytest.mark.parametrize("case", ["random", "correlated", "T < d_k"])
-def test_ttt_linear_with_its_layer_norm_is_sgd_through_f_layer_norm(case):
+def test_ttt_linear_with_its_layer_norm_is_sgd_through_f_layer_norm(case, mode):
     spec = TTT_CASES[case]
     q, k, v, lr = ttt_data(seed=11 + len(case), **spec)
     rng = np.random.default_rng(1)
@@ -498,7 +504,15 @@ def test_ttt_linear_with_its_layer_norm_is_sgd_through_f_layer_norm(case):
         np.broadcast_to(np.arange(H), (B, H)),
     )
     out = ttt_linear(
-        q, k, v, lr, batch_size=spec["batch"], norm=True, norm_weight=weight, norm_bias=bias
+        q,
+        k,
+        v,
+        lr,
+        batch_size=spec["batch"],
+        norm=True,
+        norm_weight=weight,
+        norm_bias=bias,
+        mode=mode,
     ).numpy()
     # every LayerNorm multiplies the rounding of its input by 1/σ; magnitudes are O(1 + |o|)
     t = np.arange(1, spec["t"] + 1)[:, None]
@@ -517,6 +531,8 @@ def test_ttt_linear_refuses_bad_settings_by_name():
         ttt_linear(q, k, v, lr, norm=True, norm_weight=np.ones((H, 3)))
     with pytest.raises(ValueError, match="without norm"):
         ttt_linear(q, k, v, lr, norm_weight=np.ones((H, 4)))
+    with pytest.raises(ValueError, match="mode: this layer has no fused form"):
+        ttt_linear(q, k, v, lr, mode="fused")
 
 
 def test_the_fenwick_segments_cover_each_prefix_once():

@@ -184,7 +184,7 @@ def choose_mode(mode: str, like: torch.Tensor, *, forms: tuple[str, ...] = FORMS
 
     ``recurrent`` is always itself. A form the layer does not have is a ``ValueError`` naming
     ``mode`` and the layer's forms (Mesa has no fused form: its state update is not diagonal
-    plus rank one; the 2025 token-loop layers have no chunked form yet).
+    plus rank one; most of the 2025 layers have no chunked form yet).
     """
     mode = check_mode(mode)
     cpu = like.device.type == "cpu"

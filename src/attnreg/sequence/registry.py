@@ -48,6 +48,7 @@ from attnreg.sequence.softmax import softmax_attention
 from attnreg.sequence.stick_breaking import stick_breaking_attention
 from attnreg.sequence.titans import FORMS as TITANS_FORMS
 from attnreg.sequence.titans import titans
+from attnreg.sequence.ttt import FORMS as TTT_FORMS
 from attnreg.sequence.ttt import ttt_linear
 
 OWN = "attnreg's reading"
@@ -353,7 +354,7 @@ def _register_all() -> None:
         LayerEntry(
             "ttt_linear",
             ttt_linear,
-            LOOP,
+            TTT_FORMS,
             (
                 Reading(
                     "ttt_linear",
