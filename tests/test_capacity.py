@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 from attnreg.cli import app
 from attnreg.core.threads import torch_threads
 from attnreg.memory import dam_capacity_theory
+from attnreg.studies.answers import answer_text
 from attnreg.studies.capacity import families as fam
 from attnreg.studies.capacity.config import CapacityConfig
 from attnreg.studies.capacity.run import JSON_KEYS, json_rows, run
 from attnreg.studies.capacity.sweeps import search_capacity
-from attnreg.studies.common import answer_text
 
 TINY = {
     "seeds": 2,

@@ -12,7 +12,7 @@ from sklearn.linear_model import Ridge as SkRidge
 from typer.testing import CliRunner
 
 from attnreg.cli import app
-from attnreg.studies.common import answer_text
+from attnreg.studies.answers import answer_text
 from attnreg.studies.compare import in_context
 from attnreg.studies.compare import ols_transformer as olstf
 from attnreg.studies.compare.config import ROW_KEYS, CompareConfig

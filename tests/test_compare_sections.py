@@ -11,7 +11,7 @@ import torch
 from sklearn.linear_model import Ridge as SkRidge
 
 from attnreg.models.regressors import AttentionRegression
-from attnreg.studies.common import answer_text
+from attnreg.studies.answers import answer_text
 from attnreg.studies.compare import (
     conventions,
     density,

@@ -16,7 +16,7 @@ from tiny_depth import TINY_DEPTH
 
 from attnreg.constructions import LSAStack
 from attnreg.data.tasks import Tasks, TaskSampler
-from attnreg.studies.common import paragraphs
+from attnreg.studies.answers import paragraphs
 from attnreg.studies.depth import SPEC, DepthConfig
 from attnreg.studies.depth.iterates import best_matches, gd_iterates, method_iterates
 from attnreg.studies.depth.noise import bayes_ridge_curve, min_norm_error

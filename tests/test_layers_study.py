@@ -13,7 +13,7 @@ from scipy.special import softmax
 
 from attnreg.estimators import LMS, LocalLinear
 from attnreg.explaining import explain
-from attnreg.studies.layers.claims import NULL_RATIO, PAIRED_SES, layers_claims
+from attnreg.studies.layers.claims import NULL_RATIO, PAIRED_SES, memory_claims, trained_claims
 from attnreg.studies.layers.config import LayersConfig
 from attnreg.studies.layers.memory import (
     CONVERGED,
@@ -236,9 +236,13 @@ def test_each_claim_can_pass_and_can_fail():
                     out.append(_memory_row(m, rho, n, other, mesa_recall))
         return out
 
+    def claims(*values):
+        measured = rows(*values)
+        return trained_claims(measured) + memory_claims(measured, cfg)
+
     # paired differences gain − 0.01 i: mean gain − 0.015, SE 0.0065
-    good = layers_claims(rows(0.5, 0.1, 1.0), cfg)
-    bad = layers_claims(rows(1.5, 0.02, 0.0), cfg)
+    good = claims(0.5, 0.1, 1.0)
+    bad = claims(1.5, 0.02, 0.0)
     assert [c.kind for c in good] == ["remark", "identity", "remark", "remark", "remark"]
     assert [c.verdict() for c in good] == ["holds"] * 5
     assert [c.verdict() for c in bad] == ["does not hold"] * 5
@@ -250,7 +254,7 @@ def test_each_claim_can_pass_and_can_fail():
     assert set(gain.values) == {"ρ = 0.5, N = 1", "ρ = 0.5, N = 2"}  # only correlated keys
     assert gain.threshold is not None and gain.threshold.limit == PAIRED_SES
     assert "paired" in gain.threshold.origin
-    edge = layers_claims(rows(1.0, 0.015 + 2 * 0.00645497, 1.0), cfg)
+    edge = claims(1.0, 0.015 + 2 * 0.00645497, 1.0)
     assert edge[0].verdict() == "holds"  # ratio 1 is the null itself: ≤ passes
     assert all(c.values[k] == pytest.approx(2.0, abs=1e-3) for c in edge[2:] for k in c.values)
     assert gain_z(0.0, 0.0) == 0.0 and gain_z(1.0, 0.0) == math.inf

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from attnreg.studies.common import (
+from attnreg.studies.answers import (
     answer_text,
     format_against,
     paragraphs,

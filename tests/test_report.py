@@ -341,7 +341,7 @@ def test_report_writes_ledger_json_matching_the_page(full_report):
 def test_no_summary_paragraph_exceeds_sixty_words(full_report):
     """A summary is a short lead and tables: no prose paragraph over 60 words, in every study
     of the registry."""
-    from attnreg.studies.common import paragraphs
+    from attnreg.studies.answers import paragraphs
     from attnreg.studies.ledger import LEDGER_KEY
 
     out, _ = full_report

@@ -62,10 +62,10 @@ from IPython.display import HTML, Markdown, display
 from attnreg import OLS, Ridge
 from attnreg.data.regression import diabetes, sine, synthetic_linear
 from attnreg.models import AttentionRegression
+from attnreg.studies.answers import summary_markdown
 from attnreg.studies.compare import CompareConfig
 from attnreg.studies.compare.sections import SECTIONS
 from attnreg.studies.compare.train import load_mode
-from attnreg.studies.common import summary_markdown
 from attnreg.studies.ledger import admonition
 from attnreg.training import TrainConfig, train
 

@@ -18,7 +18,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from attnreg import __version__
 from attnreg.runs.record import CellResult
-from attnreg.studies.common import cell_text, format_against, is_table
+from attnreg.studies.answers import cell_text, format_against, is_table
 from attnreg.studies.ledger import (
     ICONS,
     LEDGER_KEY,

@@ -92,7 +92,7 @@ def check_lines(checks: list[dict[str, Any]]) -> dict[str, str]:
     """The study's pass/fail checks as summary entries ``check: NAME`` → ``pass: value <= limit``
     (so the store and the report show each threshold beside the answers); the value is shown
     with enough digits to differ from the limit (``1.0002 <= 1.02``, not ``1 <= 1.02``)."""
-    from attnreg.studies.common import format_against
+    from attnreg.studies.answers import format_against
 
     return {
         f"check: {c['check']}": (

@@ -132,7 +132,7 @@ def _report(spec: StudySpec, result: StudyResult, out: Path, as_json: bool) -> N
     from rich.markup import escape
     from rich.table import Table
 
-    from attnreg.studies.common import cell_text, format_against, is_table
+    from attnreg.studies.answers import cell_text, format_against, is_table
 
     console = Console()
     for question, answer in result.summary.items():

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from attnreg.studies.common import format_against, summary_table
+from attnreg.studies.answers import format_against, summary_table
 from attnreg.studies.sources import Source
 from attnreg.studies.tex import plain
 from attnreg.thresholds import SYMBOLS, check_op, passes
@@ -291,7 +291,7 @@ def totals_text(rows: list[dict[str, Any]]) -> str:
 
 
 def ledger_table(claims: list[Claim], lead: str = "") -> dict[str, Any]:
-    """The claims as a summary table (:func:`~attnreg.studies.common.summary_table`), with the
+    """The claims as a summary table (:func:`~attnreg.studies.answers.summary_table`), with the
     machine-readable rows under ``"claims"``."""
     rows = [c.row() for c in claims]
     table = summary_table(

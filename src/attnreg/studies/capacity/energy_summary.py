@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from attnreg.studies.answers import summary_table
 from attnreg.studies.capacity.config import CapacityConfig
 from attnreg.studies.capacity.curves import family_curve, fit_line
-from attnreg.studies.common import summary_table
 
 ENERGY_LAWS = {
     "quadratic": "linear",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from attnreg.studies.answers import summary_table
 from attnreg.studies.capacity.config import CapacityConfig
 from attnreg.studies.capacity.curves import family_curve, fit_line
 from attnreg.studies.capacity.energy_summary import (
@@ -14,7 +15,6 @@ from attnreg.studies.capacity.energy_summary import (
     summarize_ols_energy,
 )
 from attnreg.studies.capacity.families import HEBBIAN_ALPHA
-from attnreg.studies.common import summary_table
 from attnreg.thresholds import check
 
 STRONG = ("power", "softmax", "max")

@@ -39,7 +39,8 @@ from attnreg.core.threads import torch_threads
 from attnreg.data.regression import RegressionData
 from attnreg.estimators import Ridge
 from attnreg.models.regressors import AttentionRegression
-from attnreg.studies.common import FigureRecord, Section, summary_table
+from attnreg.studies.answers import summary_table
+from attnreg.studies.common import FigureRecord, Section
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import cosine, mse
 from attnreg.studies.compare.train import fit_recipe, split_rows

@@ -43,7 +43,8 @@ from attnreg.core import associate
 from attnreg.core.validation import check_choice
 from attnreg.data.regression import RegressionData
 from attnreg.estimators import Ridge
-from attnreg.studies.common import FigureRecord, Section, summary_table
+from attnreg.studies.answers import summary_table
+from attnreg.studies.common import FigureRecord, Section
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import mse
 

@@ -44,7 +44,8 @@ import torch
 from attnreg.core import associate
 from attnreg.core.validation import check_choice
 from attnreg.data.regression import RegressionData
-from attnreg.studies.common import FigureRecord, Section, summary_table
+from attnreg.studies.answers import summary_table
+from attnreg.studies.common import FigureRecord, Section
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import hat_matrix
 from attnreg.studies.compare.tang_retrieval import Z_LIMIT

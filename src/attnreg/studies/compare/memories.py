@@ -37,7 +37,8 @@ import torch
 from attnreg.constructions import OLSTransformer
 from attnreg.data.regression import RegressionData
 from attnreg.estimators import OLS
-from attnreg.studies.common import FigureRecord, Section, summary_table
+from attnreg.studies.answers import summary_table
+from attnreg.studies.common import FigureRecord, Section
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import mse
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from attnreg.studies.common import summary_table
+from attnreg.studies.answers import summary_table
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.in_context import answer
 from attnreg.studies.compare.ols_transformer import OLSTransformerResult

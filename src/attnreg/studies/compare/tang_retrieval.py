@@ -41,7 +41,8 @@ import torch
 from attnreg.core import ConditioningWarning, RankWarning, associate, whitened_metric
 from attnreg.core.validation import check_choice
 from attnreg.data.regression import RegressionData
-from attnreg.studies.common import FigureRecord, Section, summary_table
+from attnreg.studies.answers import summary_table
+from attnreg.studies.common import FigureRecord, Section
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.ledger import REMARK, Claim, Threshold
 from attnreg.studies.paired import paired_z

@@ -45,7 +45,8 @@ import torch
 from attnreg.core import Attention, associate
 from attnreg.data.regression import RegressionData
 from attnreg.models.regressors import symmetric_whitening
-from attnreg.studies.common import FigureRecord, Section, summary_table
+from attnreg.studies.answers import summary_table
+from attnreg.studies.common import FigureRecord, Section
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.density import validated_beta
 from attnreg.studies.compare.metrics import mse

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from attnreg.studies.common import summary_table
+from attnreg.studies.answers import summary_table
 from attnreg.studies.depth.claims import AKYUREK, GARG, GIANNOU, VLADYMYROV, middle_eps
 from attnreg.studies.depth.config import DepthConfig
 from attnreg.studies.ledger import HOLDS, UNTESTABLE, Claim

@@ -48,38 +48,43 @@ NULL_RATIO = 1.0
 """``MSE(layer, estimator) / MSE(layer, target)`` of the null predictor, the target itself."""
 
 
-def layers_claims(rows: list[dict[str, Any]], cfg: LayersConfig) -> list[Claim]:
-    """One claim on the trained layers (rows ``kind="layer"``), Tang's capacity claim and one
-    claim per regression memory on correlated keys (rows ``kind="memory"``)."""
-    out = []
+def trained_claims(rows: list[dict[str, Any]]) -> list[Claim]:
+    """The claim on the trained layers (rows ``kind="layer"``; none without such rows)."""
     layers = [r for r in rows if r.get("kind") == "layer"]
-    if layers:
-        out.append(
-            Claim(
-                WANG_LAYERS,
-                REMARK,
-                "MSE(layer, named estimator) / MSE(layer, target) on the held-out tasks (a "
-                "layer whose estimator reproduces the targets — OLS on noiseless tasks — has "
-                "no null to beat and is left out)",
-                {
-                    f"{r['tasks']} · {r['layer']}": float(r["vs_target"])
-                    for r in layers
-                    if math.isfinite(r["vs_target"])
-                },
-                Threshold(
-                    "<=",
-                    NULL_RATIO,
-                    "a null measured in the same run: the held-out targets as a predictor of "
-                    "the layer's outputs (ratio 1)",
-                ),
-                reading="a trained layer computes the regression the framework derives when "
-                "the estimator explain names (best held-out R² on the layer's outputs) is "
-                "closer to the layer's outputs than the targets are",
-            )
+    if not layers:
+        return []
+    return [
+        Claim(
+            WANG_LAYERS,
+            REMARK,
+            "MSE(layer, named estimator) / MSE(layer, target) on the held-out tasks (a "
+            "layer whose estimator reproduces the targets — OLS on noiseless tasks — has "
+            "no null to beat and is left out)",
+            {
+                f"{r['tasks']} · {r['layer']}": float(r["vs_target"])
+                for r in layers
+                if math.isfinite(r["vs_target"])
+            },
+            Threshold(
+                "<=",
+                NULL_RATIO,
+                "a null measured in the same run: the held-out targets as a predictor of "
+                "the layer's outputs (ratio 1)",
+            ),
+            reading="a trained layer computes the regression the framework derives when "
+            "the estimator explain names (best held-out R² on the layer's outputs) is "
+            "closer to the layer's outputs than the targets are",
         )
+    ]
+
+
+def memory_claims(rows: list[dict[str, Any]], cfg: LayersConfig) -> list[Claim]:
+    """Tang's capacity claim and one claim per regression memory on correlated keys (rows
+    ``kind="memory"``; none without such rows)."""
     mem = [r for r in rows if r.get("kind") == "memory"]
     if not mem:
-        return out
+        return []
+    out = []
     rhos = list(dict.fromkeys(r["rho"] for r in mem))
     d = cfg.memory_d
     out.append(

@@ -11,11 +11,6 @@ from attnreg.studies.layers.config import LayersConfig
 from attnreg.studies.layers.memory import memories
 
 
-def make_figures(cfg: LayersConfig, rows: list[dict[str, Any]]) -> list[FigureRecord]:
-    """``layers_positions`` and ``layers_memory``."""
-    return [_positions(cfg, rows), _memory(cfg, rows)]
-
-
 def _curve(rows: list[dict[str, Any]], kind: str, model: str) -> tuple[list[int], list[float]]:
     mine = [
         r for r in rows if r["kind"] == "position" and r["tasks"] == kind and r["model"] == model
@@ -23,7 +18,9 @@ def _curve(rows: list[dict[str, Any]], kind: str, model: str) -> tuple[list[int]
     return [r["n"] for r in mine], [r["loss"] for r in mine]
 
 
-def _positions(cfg: LayersConfig, rows: list[dict[str, Any]]) -> FigureRecord:
+def positions_figure(cfg: LayersConfig, rows: list[dict[str, Any]]) -> FigureRecord:
+    """``layers_positions``: loss against context position (rows ``kind="position"``), every
+    trained layer beside the estimator that explains it and the references."""
     kinds, layers = cfg.tasks, cfg.layers
     fig, axes = new_figure(
         len(kinds),
@@ -80,7 +77,8 @@ def _positions(cfg: LayersConfig, rows: list[dict[str, Any]]) -> FigureRecord:
     )
 
 
-def _memory(cfg: LayersConfig, rows: list[dict[str, Any]]) -> FigureRecord:
+def memory_figure(cfg: LayersConfig, rows: list[dict[str, Any]]) -> FigureRecord:
+    """``layers_memory``: recall against N/d for every memory (rows ``kind="memory"``)."""
     mem = [r for r in rows if r["kind"] == "memory"]
     rhos = cfg.memory_rhos
     fig, axes = new_figure(2, len(rhos), figsize=(3.2 * len(rhos), 5.2), squeeze=False, sharex=True)

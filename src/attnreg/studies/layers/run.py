@@ -34,8 +34,8 @@ import torch
 from attnreg.core.threads import torch_threads
 from attnreg.explaining import Explanation, FamilyFit, explain
 from attnreg.progress import Progress
-from attnreg.studies.common import StudyResult
-from attnreg.studies.layers.claims import layers_claims
+from attnreg.studies.common import Section, StudyResult
+from attnreg.studies.layers.claims import memory_claims, trained_claims
 from attnreg.studies.layers.config import LayersConfig, layer_choices
 from attnreg.studies.layers.curves import (
     make_sampler,
@@ -46,7 +46,7 @@ from attnreg.studies.layers.curves import (
 )
 from attnreg.studies.layers.memory import capacity, memories, memory_rows
 from attnreg.studies.layers.model import InContextLayer, as_predictor
-from attnreg.studies.layers.summary import summarise
+from attnreg.studies.layers.summary import lead, memory_summary, trained_summary
 from attnreg.studies.layers.train import train_layer
 from attnreg.training import generator
 
@@ -108,9 +108,27 @@ def vs_target(model: InContextLayer, fit: FamilyFit | None, held: Any) -> float:
 
 
 def _run(cfg: LayersConfig, progress: Progress) -> StudyResult:
-    from attnreg.studies.layers.figures import make_figures  # matplotlib: only when run
-
     t_start, cpu_start = time.perf_counter(), time.process_time()
+    result = StudyResult("layers", asdict(cfg), [], summary={"lead": ""})
+    result.add(trained_section(cfg, progress))
+    result.add(memory_section(cfg))
+    layer_rows = [r for r in result.rows if r["kind"] == "layer"]
+    named = sum(r["best_family"] is not None for r in layer_rows)
+    result.summary["lead"] = lead(result.claims, named, len(layer_rows), cfg)
+    result.summary["time"] = (
+        f"{time.perf_counter() - t_start:.1f} s wall, {time.process_time() - cpu_start:.1f} s "
+        f"CPU ({cfg.threads} thread(s))"
+    )
+    return result
+
+
+def trained_section(cfg: LayersConfig, progress: Progress) -> Section:
+    """Every layer of ``cfg.layers`` trained on every task kind of ``cfg.tasks``, explained and
+    read out at every context position beside the references: rows ``"layer"``,
+    ``"explain"`` and ``"position"``, the trained-layer table and checks, the positions figure,
+    the ``layers_explained`` table and the claim on the trained layers."""
+    from attnreg.studies.layers.figures import positions_figure  # matplotlib: only when run
+
     rows: list[dict[str, Any]] = []
     descriptions = layer_choices()
     for ti, kind in enumerate(cfg.tasks):
@@ -165,29 +183,39 @@ def _run(cfg: LayersConfig, progress: Progress) -> StudyResult:
                     "seed": seed,
                 }
             )
-    rows += memory_rows(cfg)
-    claims = layers_claims(rows, cfg)
-    summary, checks = summarise(cfg, rows, claims)
-    figures = make_figures(cfg, rows)
-    summary["time"] = (
-        f"{time.perf_counter() - t_start:.1f} s wall, {time.process_time() - cpu_start:.1f} s "
-        f"CPU ({cfg.threads} thread(s))"
-    )
-    return StudyResult(
-        "layers",
-        asdict(cfg),
+    layer_rows = [r for r in rows if r["kind"] == "layer"]
+    summary, checks = trained_summary(cfg, layer_rows)
+    return Section(
         rows,
-        figures,
         summary,
         checks,
-        tables=_tables(cfg, rows),
-        claims=claims,
+        [positions_figure(cfg, rows)],
+        {"layers_explained": _explained(layer_rows)},
+        trained_claims(rows),
     )
 
 
-def _tables(cfg: LayersConfig, rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Two small tables: what each trained layer computes, and each memory's capacity."""
-    explained = [
+def memory_section(cfg: LayersConfig) -> Section:
+    """Recall of stored pairs against N/d for every memory (rows ``"memory"``): the memory
+    table and Mesa's check, the memory figure, the ``layers_capacity`` table and the memory
+    claims."""
+    from attnreg.studies.layers.figures import memory_figure  # matplotlib: only when run
+
+    rows = memory_rows(cfg)
+    summary, checks = memory_summary(cfg, rows)
+    return Section(
+        rows,
+        summary,
+        checks,
+        [memory_figure(cfg, rows)],
+        {"layers_capacity": _capacities(cfg, rows)},
+        memory_claims(rows, cfg),
+    )
+
+
+def _explained(layer_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What each trained layer computes, one row per trained layer."""
+    return [
         {
             "tasks": r["tasks"],
             "layer": r["layer"],
@@ -199,11 +227,13 @@ def _tables(cfg: LayersConfig, rows: list[dict[str, Any]]) -> dict[str, list[dic
             "optimal": r["optimal"],
             "optimal_loss_last": r["optimal_loss_last"],
         }
-        for r in rows
-        if r["kind"] == "layer"
+        for r in layer_rows
     ]
-    mem = [r for r in rows if r["kind"] == "memory"]
-    capacities = [
+
+
+def _capacities(cfg: LayersConfig, mem: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each memory's capacity per key correlation, and its mean error at N = d."""
+    return [
         {
             "memory": m,
             "rho": rho,
@@ -221,4 +251,3 @@ def _tables(cfg: LayersConfig, rows: list[dict[str, Any]]) -> dict[str, list[dic
         for m in memories(cfg)
         for rho in cfg.memory_rhos
     ]
-    return {"layers_explained": explained, "layers_capacity": capacities}

@@ -1,5 +1,6 @@
-"""The ``layers`` study's summary — a short lead and two small tables (what each trained layer
-computes; each memory's capacity), numbers from the rows and verdicts from the claims
+"""The ``layers`` study's summary — a short lead (:func:`lead`) and one small table per section
+(what each trained layer computes, :func:`trained_summary`; each memory's capacity,
+:func:`memory_summary`), numbers from the rows and verdicts from the claims
 (:mod:`~attnreg.studies.layers.claims`) — and its checks (thresholds: config fields)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from attnreg.studies.common import summary_table
+from attnreg.studies.answers import summary_table
 from attnreg.studies.layers.claims import WANG, WANG_CORRELATIONS
 from attnreg.studies.layers.config import LayersConfig
 from attnreg.studies.layers.memory import CONVERGED, capacity, memories
@@ -51,17 +52,11 @@ def lead(claims: list[Claim], named: int, trained: int, cfg: LayersConfig) -> st
     return " ".join([*parts, f"{named} of {trained} trained layers are named by a family."])
 
 
-def summarise(
-    cfg: LayersConfig, rows: list[dict[str, Any]], claims: list[Claim]
+def trained_summary(
+    cfg: LayersConfig, layer_rows: list[dict[str, Any]]
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The lead, the trained-layer table and the memory table; the checks (each clean layer's
-    best family's R² ≥ ``cfg.min_r2``, Mesa's error at N ≤ d ≤ ``cfg.max_mesa_error``)."""
-    layer_rows = [r for r in rows if r["kind"] == "layer"]
-    mem = [r for r in rows if r["kind"] == "memory"]
-    d = cfg.memory_d
-    mesa_err = max(r["max_error"] for r in mem if r["memory"] == "Mesa" and r["n"] <= d)
-    named = sum(r["best_family"] is not None for r in layer_rows)
-    summary: dict[str, Any] = {"lead": lead(claims, named, len(layer_rows), cfg)}
+    """The trained-layer table, and a check per clean layer (its best family's held-out R² ≥
+    ``cfg.min_r2``); ``layer_rows`` are the rows ``kind="layer"``."""
     checks = []
     table = []
     for r in layer_rows:
@@ -85,12 +80,22 @@ def summarise(
                     f"clean {r['layer']}: best family's held-out R²", r["best_r2"], ">=", cfg.min_r2
                 )
             )
-    summary["what each trained layer computes"] = summary_table(
+    table_answer = summary_table(
         f"The estimator explain names for each trained layer (held-out R²), the layer's learned "
         f"scalar (on keys W_K x), and its loss at n = {cfg.n_ctx} beside the posterior mean's.",
         ["tasks", "layer", "estimator", "parameters", "R²", "learned", "loss", "optimal: loss"],
         table,
     )
+    return {"what each trained layer computes": table_answer}, checks
+
+
+def memory_summary(
+    cfg: LayersConfig, mem: list[dict[str, Any]]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The memory table, and the check on Mesa's largest error at N ≤ d (≤
+    ``cfg.max_mesa_error``); ``mem`` are the rows ``kind="memory"``."""
+    d = cfg.memory_d
+    mesa_err = max(r["max_error"] for r in mem if r["memory"] == "Mesa" and r["n"] <= d)
     rhos = cfg.memory_rhos
     conv = [r for r in mem if r["memory"] == CONVERGED]
     stops = {k: sum(r["stop"] == k for r in conv) for k in ("tolerance", "stalled", "cap")}
@@ -107,7 +112,7 @@ def summarise(
             text += f" (gain {paired_z(lin['trial_errors'], r['trial_errors']):.3g} SE)"
         return text
 
-    summary["memory: pairs recalled against N/d"] = summary_table(
+    table_answer = summary_table(
         f"N_max: the largest N (N/d = {', '.join(f'{x:g}' for x in cfg.memory_ratios)}; "
         f"d = {d}) with ≥ 1 − {cfg.recall_eps:g} of the pairs recalled. Error: the mean "
         f"relative squared recall error at N = d ± its SE over {cfg.memory_trials} trials "
@@ -128,12 +133,12 @@ def summarise(
         f"residual in {cfg.memory_stall} passes) in {stops['stalled']} and reached the cap "
         f"({cfg.memory_passes} passes) in {stops['cap']}.",
     )
-    checks.append(
+    checks = [
         check(
             "Mesa largest relative squared recall error at N ≤ d",
             mesa_err,
             "<=",
             cfg.max_mesa_error,
         )
-    )
-    return summary, checks
+    ]
+    return {"memory: pairs recalled against N/d": table_answer}, checks

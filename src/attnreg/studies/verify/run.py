@@ -1,12 +1,13 @@
 """The ``verify`` runner: the certificate rows, a summary line and a check per dtype, and the
-certificate figure, as a :class:`~attnreg.studies.common.StudyResult`."""
+certificate figure, as a :class:`~attnreg.studies.common.StudyResult` built from two
+:class:`~attnreg.studies.common.Section` objects."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, replace
 
 from attnreg.progress import Progress
-from attnreg.studies.common import StudyResult
+from attnreg.studies.common import Section, StudyResult
 from attnreg.studies.verify.certificate import certificate
 from attnreg.studies.verify.claims import certificate_claims
 from attnreg.studies.verify.config import VerifyConfig
@@ -16,32 +17,47 @@ from attnreg.thresholds import check
 
 
 def run(cfg: VerifyConfig | None = None, progress: Progress | None = None) -> StudyResult:
-    """The verify study: the certificate rows, a one-line summary and a check per dtype (all
-    rows within their tolerance), and the certificate figure; ``progress`` advances once per
+    """The verify study, two sections: the certificate (:func:`certificate_section`) and von
+    Oswald et al.'s summary as written (:func:`sign_section`); ``progress`` advances once per
     dtype. Writes nothing."""
     cfg = cfg or VerifyConfig()
-    progress = progress or Progress.quiet()
+    result = StudyResult("verify", asdict(cfg), [])
+    result.add(certificate_section(cfg, progress or Progress.quiet()))
+    result.add(sign_section(cfg))
+    return result
+
+
+def certificate_section(cfg: VerifyConfig, progress: Progress) -> Section:
+    """The certificate rows of every dtype, a summary line and a check per dtype (all rows
+    within their tolerance), the certificate figure and the claims the rows decide."""
     with progress.stage("verify", total=len(cfg.dtypes)) as stage:
         rows = []
         for dtype in cfg.dtypes:
             rows += certificate(replace(cfg, dtypes=[dtype]))
             stage.advance(label=dtype)
-    summary = {}
-    checks = []
+    section = Section(rows, figures=[certificate_figure(rows, cfg)])
     for dtype in cfg.dtypes:
         mine = [r for r in rows if r["dtype"] == dtype]
         worst = max(mine, key=lambda r: r["rel_err"] / r["tol"])
         passed = sum(r["passed"] for r in mine)
-        summary[f"{dtype} certificate"] = (
+        section.summary[f"{dtype} certificate"] = (
             f"{passed} of {len(mine)} checks pass; largest relative "
             f"error {max(r['rel_err'] for r in mine):.1e}; closest to its tolerance: "
             f"{worst['construction']} on {worst['shape']} ({worst['rel_err']:.1e} vs "
             f"{worst['tol']:.1e})."
         )
-        checks.append(check(f"{dtype} rows within their tolerance", passed, ">=", len(mine)))
+        section.checks.append(
+            check(f"{dtype} rows within their tolerance", passed, ">=", len(mine))
+        )
+    section.claims = certificate_claims(rows, cfg.dtypes)
+    return section
+
+
+def sign_section(cfg: VerifyConfig) -> Section:
+    """Von Oswald et al.'s summary sentence as written against the layer it describes: the
+    distances of both signs (no rows), the sentence and its claims."""
     plus, minus = literal_sign_distances(cfg.seed)
-    summary["von Oswald summary, as written"] = sign_sentence(plus, minus)
-    figures = [certificate_figure(rows, cfg)]
-    result = StudyResult("verify", asdict(cfg), rows, figures, summary, checks)
-    result.claims = certificate_claims(rows, cfg.dtypes) + sign_claims(plus, minus)
-    return result
+    return Section(
+        summary={"von Oswald summary, as written": sign_sentence(plus, minus)},
+        claims=sign_claims(plus, minus),
+    )
