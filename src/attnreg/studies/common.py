@@ -91,14 +91,15 @@ class StudyResult:
     models: dict[str, tuple[TokenModel, dict[str, Any]]] = field(default_factory=dict)
 
     def add(self, section: Section) -> None:
-        """Merge a section's rows, summary, checks, claims, figures and tables into this
-        result."""
+        """Merge a section's rows, summary, checks, claims, figures, tables and models into
+        this result."""
         self.rows += section.rows
         self.summary |= section.summary
         self.checks += section.checks
         self.claims += section.claims
         self.figures += section.figures
         self.tables |= section.tables
+        self.models |= section.models
 
     def write(self, out_dir: str | Path) -> Path:
         """Write everything into ``out_dir``: ``<study>_rows.csv/.json``, each table as
@@ -129,8 +130,8 @@ class StudyResult:
 @dataclass
 class Section:
     """One part of a study computed on its own (e.g. one question of a source): its tidy rows,
-    summary answers, checks, claims, figures and tables, merged into the study's result by
-    :meth:`StudyResult.add`."""
+    summary answers, checks, claims, figures, tables and trained models, merged into the
+    study's result by :meth:`StudyResult.add`."""
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     summary: Summary = field(default_factory=dict)
@@ -138,3 +139,4 @@ class Section:
     figures: list[FigureRecord] = field(default_factory=list)
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     claims: list[Claim] = field(default_factory=list)
+    models: dict[str, tuple[TokenModel, dict[str, Any]]] = field(default_factory=dict)

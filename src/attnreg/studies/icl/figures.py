@@ -23,17 +23,20 @@ def _smooth(values: list[float], width: int) -> np.ndarray:
     return np.convolve(arr, kernel, mode="valid")
 
 
-def make_figures(
+def _caption(cfg: ICLConfig) -> str:
+    return f"(attnreg icl, seed {cfg.seed}, steps {cfg.steps}/{cfg.deep_steps})"
+
+
+def trained_figures(
     cfg: ICLConfig,
-    rows: list[dict[str, Any]],
     models: dict[str, Any],
     results: dict[str, Any],
     histories: dict[str, list[dict[str, float]]],
     refs: dict[str, dict[str, Any]],
 ) -> list[FigureRecord]:
-    """Training curves, alignment curves, loss against N, weight heatmaps, OOD curves."""
+    """The trained models: training curves, alignment curves, weight heatmaps."""
     figs: list[FigureRecord] = []
-    caption_cfg = f"(attnreg icl, seed {cfg.seed}, steps {cfg.steps}/{cfg.deep_steps})"
+    caption_cfg = _caption(cfg)
 
     # 1. training loss with reference lines
     n = len(results)
@@ -97,33 +100,7 @@ def make_figures(
             )
         )
 
-    # 3. loss against the number of context examples
-    sweep = [r for r in rows if r.get("kind") == "context_sweep"]
-    if sweep:
-        fig, ax = new_figure(figsize=(6, 4))
-        for name in dict.fromkeys(r["model"] for r in sweep):
-            pts = [(r["n_ctx"], r["test_loss"]) for r in sweep if r["model"] == name]
-            xs, ys = zip(*pts, strict=True)
-            ax.plot(xs, ys, marker="o", ms=3, label=name)
-        ax.axvline(cfg.d, color="grey", lw=0.8, ls=":")
-        ax.set_yscale("log")
-        ax.set_xlabel("number of context examples N")
-        ax.set_ylabel("0.5 × MSE (query)")
-        ax.set_title(f"noise σ = {cfg.sweep_noise:g}, d = {cfg.d}", fontsize=9)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        figs.append(
-            FigureRecord(
-                name="icl_context_sweep",
-                figure=fig,
-                caption=(
-                    f"Loss against the number of context examples (models "
-                    f"trained at N = {cfg.n_ctx}) {caption_cfg}"
-                ),
-            )
-        )
-
-    # 4. learned vs constructed weights
+    # 3. learned vs constructed weights
     panels = []
     lsa1 = models.get("lsa-1")
     if isinstance(lsa1, TrainableLSA) and "GD" in refs.get("uniform", {}):
@@ -165,8 +142,42 @@ def make_figures(
                 caption=f"Learned (scale-normalised) vs constructed weights {caption_cfg}",
             )
         )
+    return figs
 
-    # 5. out-of-distribution
+
+def sweep_figures(cfg: ICLConfig, rows: list[dict[str, Any]]) -> list[FigureRecord]:
+    """The sweeps (rows ``kind="context_sweep"`` and ``"ood"``): loss against the number of
+    context examples, out-of-distribution curves."""
+    figs: list[FigureRecord] = []
+    caption_cfg = _caption(cfg)
+
+    # 1. loss against the number of context examples
+    sweep = [r for r in rows if r.get("kind") == "context_sweep"]
+    if sweep:
+        fig, ax = new_figure(figsize=(6, 4))
+        for name in dict.fromkeys(r["model"] for r in sweep):
+            pts = [(r["n_ctx"], r["test_loss"]) for r in sweep if r["model"] == name]
+            xs, ys = zip(*pts, strict=True)
+            ax.plot(xs, ys, marker="o", ms=3, label=name)
+        ax.axvline(cfg.d, color="grey", lw=0.8, ls=":")
+        ax.set_yscale("log")
+        ax.set_xlabel("number of context examples N")
+        ax.set_ylabel("0.5 × MSE (query)")
+        ax.set_title(f"noise σ = {cfg.sweep_noise:g}, d = {cfg.d}", fontsize=9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        figs.append(
+            FigureRecord(
+                name="icl_context_sweep",
+                figure=fig,
+                caption=(
+                    f"Loss against the number of context examples (models "
+                    f"trained at N = {cfg.n_ctx}) {caption_cfg}"
+                ),
+            )
+        )
+
+    # 2. out-of-distribution
     ood = [r for r in rows if r.get("kind") == "ood"]
     if ood:
         fig, axes = new_figure(1, 2, figsize=(9, 3.4))

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -47,9 +47,9 @@ from attnreg.estimators import GD, OLS
 from attnreg.explaining import explain
 from attnreg.models import TokenModel, TrainableLSA
 from attnreg.progress import Progress
-from attnreg.studies.common import StudyResult
+from attnreg.studies.common import Section, StudyResult
 from attnreg.studies.icl.claims import icl_claims
-from attnreg.studies.icl.config import MODEL_SPECS, ICLConfig
+from attnreg.studies.icl.config import MODEL_SPECS, ICLConfig, ModelSpec
 from attnreg.studies.icl.metrics import alignment, task_losses
 from attnreg.studies.icl.references import (
     Reference,
@@ -100,10 +100,34 @@ def run(cfg: ICLConfig | None = None, progress: Progress | None = None) -> Study
         return _run(cfg, progress or Progress.quiet())
 
 
-def _run(cfg: ICLConfig, progress: Progress) -> StudyResult:
-    from attnreg.studies.icl.figures import make_figures  # matplotlib: only when run
+@dataclass
+class Trained:
+    """What the later sections read from the trained one: the models' specs, the task samplers
+    and fitted references per task kind, and the trained models."""
 
+    specs: dict[str, ModelSpec]
+    samplers: dict[str, TaskSampler]
+    refs: dict[str, dict[str, Reference]]
+    models: dict[str, TokenModel]
+
+
+def _run(cfg: ICLConfig, progress: Progress) -> StudyResult:
     t_start = time.perf_counter()
+    result = StudyResult("icl", asdict(cfg), [])
+    section, trained = trained_section(cfg, progress)
+    result.add(section)
+    result.add(sweep_section(cfg, trained))
+    result.add(explain_section(cfg, trained))
+    result.summary["wall time"] = f"{time.perf_counter() - t_start:.1f} s ({cfg.threads} thread(s))"
+    return result
+
+
+def trained_section(cfg: ICLConfig, progress: Progress) -> tuple[Section, Trained]:
+    """Every model of ``cfg.models`` trained and set against its reference fitted on separate
+    tasks: rows ``"reference"`` and ``"model"``, the headline sentences and checks, the
+    training, alignment and weight figures, the claims and the models as checkpoints."""
+    from attnreg.studies.icl.figures import trained_figures  # matplotlib: only when run
+
     specs = {name: MODEL_SPECS[name] for name in cfg.models}
     rows: list[dict[str, Any]] = []
     samplers: dict[str, TaskSampler] = {}
@@ -133,7 +157,6 @@ def _run(cfg: ICLConfig, progress: Progress) -> StudyResult:
     models: dict[str, TokenModel] = {}
     results: dict[str, TrainResult] = {}
     histories: dict[str, list[dict[str, float]]] = {}
-    summary: dict[str, str] = {}
     checkpoints: dict[str, tuple[TokenModel, dict[str, Any]]] = {}
     cos_nulls: dict[int, float] = {}
     for i, (name, spec) in enumerate(specs.items()):
@@ -235,15 +258,36 @@ def _run(cfg: ICLConfig, progress: Progress) -> StudyResult:
                 ),
             },
         )
+    summary: dict[str, str] = {}
     checks = _headline(cfg, rows, refs, summary)
+    section = Section(
+        rows,
+        summary,
+        checks,
+        trained_figures(cfg, models, results, histories, refs),
+        claims=icl_claims(rows, cfg),
+        models=checkpoints,
+    )
+    return section, Trained(specs, samplers, refs, models)
 
-    # loss against the number of context examples (Garg et al. 2022), noisy labels
-    sweep_rows = context_sweep(cfg, models, specs, refs)
-    rows += sweep_rows
-    ood_rows = ood_sweep(cfg, models, specs, refs)
-    rows += ood_rows
 
-    # explain: a trained one-layer LSA and the OLS-Transformer
+def sweep_section(cfg: ICLConfig, trained: Trained) -> Section:
+    """The trained models and their references under noisy labels: the loss against the
+    number of context examples (Garg et al. 2022) and under shifted inputs or teachers (rows
+    ``"context_sweep"`` and ``"ood"``, and their figures)."""
+    from attnreg.studies.icl.figures import sweep_figures  # matplotlib: only when run
+
+    rows = context_sweep(cfg, trained.models, trained.specs, trained.refs)
+    rows += ood_sweep(cfg, trained.models, trained.specs, trained.refs)
+    return Section(rows, figures=sweep_figures(cfg, rows))
+
+
+def explain_section(cfg: ICLConfig, trained: Trained) -> Section:
+    """:func:`~attnreg.explaining.explain` on the trained one-layer LSA and on the
+    OLS-Transformer (rows ``"explain"`` and a sentence each; nothing without ``lsa-1``)."""
+    models, samplers = trained.models, trained.samplers
+    rows: list[dict[str, Any]] = []
+    summary: dict[str, str] = {}
     if "lsa-1" in models:
         held = samplers["uniform"].sample(
             cfg.explain_tasks, generator(3 * 10**6 + cfg.seed), torch.float64
@@ -264,11 +308,7 @@ def _run(cfg: ICLConfig, progress: Progress) -> StudyResult:
                 + ", ".join(f"{f.family} {f.r2:.5f}" for f in ex.fits if f.family != ex.best)
                 + ")"
             )
-    figures = make_figures(cfg, rows, models, results, histories, refs)
-    summary["wall time"] = f"{time.perf_counter() - t_start:.1f} s ({cfg.threads} thread(s))"
-    result = StudyResult("icl", asdict(cfg), rows, figures, summary, checks, models=checkpoints)
-    result.claims = icl_claims(rows, cfg)
-    return result
+    return Section(rows, summary)
 
 
 def _cos_null(test: Tasks, gd: Any, cache: dict[int, float]) -> float:
