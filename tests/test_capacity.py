@@ -190,7 +190,7 @@ def test_power_degree_rows_are_the_recall_of_the_weights_written_out():
     """The degree sweep's recall against the normalised weights (c − ‖q − k‖)ⁿ computed here
     in log space (degree 60: the binomial expansion it replaced was wrong there), and the
     summary table and claim built from those rows."""
-    from attnreg.studies.capacity.claims import capacity_claims
+    from attnreg.studies.capacity.claims import digits_claims
     from attnreg.studies.capacity.digits import _power_degrees
     from attnreg.studies.capacity.summary import summarize_power_degrees
 
@@ -218,7 +218,7 @@ def test_power_degree_rows_are_the_recall_of_the_weights_written_out():
         [r["recall"] for r in rows if (r["query"], r["similarity"]) == (row[0], row[1])]
         for row in table["rows"]
     ]
-    claim = next(c for c in capacity_claims(rows, cfg) if "degree" in c.quote.text)
+    claim = next(c for c in digits_claims(rows) if "degree" in c.quote.text)
     grows = [
         next(r["recall"] for r in rows if (r["query"], r["similarity"], r["power"]) == (*key, 60))
         > next(r["recall"] for r in rows if (r["query"], r["similarity"], r["power"]) == (*key, 2))

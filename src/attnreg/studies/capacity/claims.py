@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from attnreg.studies.capacity.config import CapacityConfig
 from attnreg.studies.capacity.curves import family_curve
 from attnreg.studies.capacity.families import HEBBIAN_ALPHA
 from attnreg.studies.capacity.growth import exponential_preference, trend_against, usable
@@ -136,9 +135,10 @@ def _ramsauer_claim(rows: list[dict[str, Any]]) -> Claim | None:
     )
 
 
-def capacity_claims(rows: list[dict[str, Any]], config: CapacityConfig) -> list[Claim]:
-    """The claims of Tang (``N_max = d``), Amit et al. (``0.138 d``), Krotov & Hopfield
-    (``d^(n−1) / ln d``), Ramsauer et al. (exponential) and Millidge et al. (digits)."""
+def search_claims(rows: list[dict[str, Any]]) -> list[Claim]:
+    """The claims the capacity searches decide (rows ``kind="capacity"``): Tang
+    (``N_max = d``), Amit et al. (``0.138 d``), Krotov & Hopfield (``d^(n−1) / ln d``) and
+    Ramsauer et al. (exponential)."""
     out = []
     pinv = family_curve(rows, "pinv")
     if pinv:
@@ -146,7 +146,13 @@ def capacity_claims(rows: list[dict[str, Any]], config: CapacityConfig) -> list[
     band = {d: r for d, r in hebbian_band(rows).items() if d >= 200}
     if band:
         out.append(_amit_claim(band, sorted(band)))
-    out += [c for c in (_krotov_claim(rows), _ramsauer_claim(rows)) if c is not None]
+    return out + [c for c in (_krotov_claim(rows), _ramsauer_claim(rows)) if c is not None]
+
+
+def digits_claims(rows: list[dict[str, Any]]) -> list[Claim]:
+    """Millidge et al.'s comparisons on digits (rows ``kind="recall"`` and
+    ``"power_degree"``)."""
+    out = []
     grid = digits_cells(rows)
     if grid:
         sims = [

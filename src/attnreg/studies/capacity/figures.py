@@ -301,56 +301,68 @@ def digits_panel_figure(panel: dict[str, torch.Tensor]) -> Figure:
     return fig
 
 
-def make_figures(
-    rows: list[dict[str, Any]],
-    panel: dict[str, torch.Tensor],
-    config: CapacityConfig,
-) -> list[FigureRecord]:
-    """The figures: capacity curves, UHN grid, the energy family and its cost (when
-    measured), and the digits panel (when measured)."""
-    profile = f"seed {config.seed}, {config.seeds} seeds, eps = {config.epsilon:g}"
-    records = []
-    specs = [
-        (
+def _profile(config: CapacityConfig) -> str:
+    return f"seed {config.seed}, {config.seeds} seeds, eps = {config.epsilon:g}"
+
+
+def search_figures(rows: list[dict[str, Any]], config: CapacityConfig) -> list[FigureRecord]:
+    """The capacity curves and, when measured, the energy family's (rows
+    ``kind="capacity"``)."""
+    profile = _profile(config)
+    records = [
+        FigureRecord(
             "capacity_vs_d",
-            capacity_figure(rows),
             f"N_max(d) per memory family with theory curves ({profile}).",
-        ),
-        (
-            "capacity_uhn_grid",
-            grid_figure(rows),
-            f"Universal Hopfield grid: similarity x separation ({profile}, beta = "
-            f"{config.grid_beta:g}, power = {config.grid_power}).",
-        ),
+            capacity_figure(rows),
+        )
     ]
     if any(r.get("family", "").startswith("energy:") for r in rows):
-        specs.append(
-            (
+        records.append(
+            FigureRecord(
                 "capacity_energy_family",
-                energy_family_figure(rows),
                 f"Energy family E_F = -sum F(s_i) + xi^T xi / 2 with the whitened similarity "
                 f"s = G^-1/2 K xi: N_max(d) per F, ±1 patterns, {config.energy_flips} flipped "
                 f"bit(s), softmax beta = {config.energy_softmax_beta:g} sqrt N ({profile}).",
+                energy_family_figure(rows),
             )
         )
-    if any(r["kind"] == "energy_cost" for r in rows):
-        specs.append(
-            (
-                "capacity_energy_cost",
-                energy_cost_figure(rows),
-                f"Efficiency vs memory density of the energy family at N_max: time per "
-                f"retrieval ({config.cost_queries} queries, best of {config.cost_repeats}) and "
-                f"bytes of retrieval state per stored pattern ({profile}).",
-            )
+    return records
+
+
+def cost_figures(rows: list[dict[str, Any]], config: CapacityConfig) -> list[FigureRecord]:
+    """The energy family's cost at ``N_max``, when measured (rows ``kind="energy_cost"``)."""
+    if not any(r["kind"] == "energy_cost" for r in rows):
+        return []
+    return [
+        FigureRecord(
+            "capacity_energy_cost",
+            f"Efficiency vs memory density of the energy family at N_max: time per "
+            f"retrieval ({config.cost_queries} queries, best of {config.cost_repeats}) and "
+            f"bytes of retrieval state per stored pattern ({_profile(config)}).",
+            energy_cost_figure(rows),
         )
+    ]
+
+
+def digits_figures(
+    rows: list[dict[str, Any]], panel: dict[str, torch.Tensor], config: CapacityConfig
+) -> list[FigureRecord]:
+    """The Universal Hopfield grid (rows ``kind="recall"`` and the grid's ``"capacity"``
+    rows) and, when measured, the digits panel."""
+    records = [
+        FigureRecord(
+            "capacity_uhn_grid",
+            f"Universal Hopfield grid: similarity x separation ({_profile(config)}, beta = "
+            f"{config.grid_beta:g}, power = {config.grid_power}).",
+            grid_figure(rows),
+        )
+    ]
     if panel:
-        specs.append(
-            (
+        records.append(
+            FigureRecord(
                 "capacity_digits_panel",
-                digits_panel_figure(panel),
                 f"Corrupted digit queries and their retrievals (N = {config.digits_n[0]}).",
+                digits_panel_figure(panel),
             )
         )
-    for stem, fig, caption in specs:
-        records.append(FigureRecord(stem, caption, fig))
     return records

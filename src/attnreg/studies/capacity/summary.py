@@ -223,10 +223,27 @@ def summarize_power_degrees(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def summarize(rows: list[dict[str, Any]], config: CapacityConfig) -> dict[str, Any]:
-    """Every Done-when claim of the capacity study, answered with the measured numbers."""
-    out: dict[str, Any] = {
-        "pseudo-inverse memory: exact for N <= d, not for N > d": summarize_pinv(rows),
+Answers = tuple[dict[str, Any], list[dict[str, Any]]]
+"""A section's summary answers and its checks."""
+
+
+def pinv_summary(rows: list[dict[str, Any]], searched: list[dict[str, Any]]) -> Answers:
+    """The pseudo-inverse exactness check (rows ``kind="pinv_check"``) beside the searched
+    ``N_max`` (``searched``: the searches' rows): its table, and the check that the memory is
+    exact exactly up to ``N = d`` at every ``d``."""
+    pinv = [r for r in rows if r["kind"] == "pinv_check"]
+    exact = sum(bool(r["exact_all_n_le_d"] and r["inexact_all_n_gt_d"]) for r in pinv)
+    answer = summarize_pinv(rows + searched)
+    summary = {"pseudo-inverse memory: exact for N <= d, not for N > d": answer}
+    return summary, [check("pseudo-inverse: d with capacity exactly d", exact, ">=", len(pinv))]
+
+
+def search_summary(rows: list[dict[str, Any]], config: CapacityConfig) -> Answers:
+    """The capacity searches (rows ``kind="capacity"``): Hebbian, dense associative memory,
+    softmax and the energy family answered with the measured numbers; the check that
+    softmax's ``log2 N_max`` is linear in ``d`` (±1 patterns; R² at least
+    ``config.min_softmax_growth_r2``)."""
+    summary: dict[str, Any] = {
         "Hebbian capacity at 10% flips near 0.138 d": summarize_hebbian(rows),
         "dense associative memory: exponent near n - 1": summarize_dam(rows),
         "softmax: log N_max linear in d (±1 patterns)": summarize_softmax(rows, "softmax"),
@@ -234,43 +251,40 @@ def summarize(rows: list[dict[str, Any]], config: CapacityConfig) -> dict[str, A
             rows, "softmax_sphere"
         ),
     }
-    out.update(summarize_energy_family(rows))
-    out["energy family: retrieval never increases E_F"] = summarize_energy_checks(rows, config)
-    out["OLS-Transformer: its forward pass is one quadratic-energy step"] = summarize_ols_energy(
-        rows
-    )
-    out["energy family: cost per retrieval and per stored pattern"] = summarize_energy_cost(rows)
-    out.update(summarize_digits(rows))
-    out.update(summarize_power_degrees(rows))
-    return out
-
-
-def capacity_checks(rows: list[dict[str, Any]], config: CapacityConfig) -> list[dict[str, Any]]:
-    """Pass/fail: the pseudo-inverse memory is exact exactly up to ``N = d`` at every ``d``;
-    softmax's ``log2 N_max`` is linear in ``d`` (±1 patterns; R² at least
-    ``config.min_softmax_growth_r2``); no step of the energy family raises its energy by more
-    than ``config.max_energy_increase`` (relative), nor falls short of the concave–convex
-    descent ``½‖Δξ‖²`` by more than ``config.max_cccp_shortfall``; the OLS-Transformer's
-    forward pass is one quadratic step within ``config.max_ols_error_over_bound`` times its
-    error bound."""
-    pinv = [r for r in rows if r["kind"] == "pinv_check"]
-    exact = sum(bool(r["exact_all_n_le_d"] and r["inexact_all_n_gt_d"]) for r in pinv)
-    checks = [check("pseudo-inverse: d with capacity exactly d", exact, ">=", len(pinv))]
+    summary.update(summarize_energy_family(rows))
+    checks = []
     curve = [r for r in family_curve(rows, "softmax") if r["n_max"] > 0]
     if len(curve) >= 3:
         _, r2 = fit_line([r["d"] for r in curve], [math.log2(r["n_max"]) for r in curve])
         checks.append(
             check("softmax: R² of log2 N_max against d", r2, ">=", config.min_softmax_growth_r2)
         )
+    return summary, checks
+
+
+def descent_summary(rows: list[dict[str, Any]], config: CapacityConfig) -> Answers:
+    """The energy family's descent, the OLS-Transformer as one quadratic step and the cost
+    (rows ``kind="energy_check"``, ``"ols_energy"``, ``"energy_cost"``); the checks that no
+    step raises its energy by more than ``config.max_energy_increase`` (relative), nor falls
+    short of the concave–convex descent ``½‖Δξ‖²`` by more than ``config.max_cccp_shortfall``,
+    and that the OLS-Transformer's forward pass is one quadratic step within
+    ``config.max_ols_error_over_bound`` times its error bound."""
+    summary = {
+        "energy family: retrieval never increases E_F": summarize_energy_checks(rows, config),
+        "OLS-Transformer: its forward pass is one quadratic-energy step": summarize_ols_energy(
+            rows
+        ),
+        "energy family: cost per retrieval and per stored pattern": summarize_energy_cost(rows),
+    }
+    checks = []
     descent = [r for r in rows if r["kind"] == "energy_check"]
     if descent:
-        limit = config.max_energy_increase
         checks.append(
             check(
                 "energy family: largest relative energy increase per step",
                 max(r["max_relative_increase"] for r in descent),
                 "<=",
-                limit,
+                config.max_energy_increase,
             )
         )
         checks.append(
@@ -291,4 +305,10 @@ def capacity_checks(rows: list[dict[str, Any]], config: CapacityConfig) -> list[
                 config.max_ols_error_over_bound,
             )
         )
-    return checks
+    return summary, checks
+
+
+def digits_summary(rows: list[dict[str, Any]]) -> Answers:
+    """The Universal Hopfield grid on digits and the power separation's degrees (rows
+    ``kind="recall"`` and ``"power_degree"``); no checks."""
+    return {**summarize_digits(rows), **summarize_power_degrees(rows)}, []
