@@ -35,7 +35,7 @@ import torch
 from attnreg.core.threads import torch_threads
 from attnreg.data.regression import RegressionData
 from attnreg.progress import Progress
-from attnreg.studies.common import StudyResult
+from attnreg.studies.common import Section, StudyResult
 from attnreg.studies.compare.config import FIGURE_CELLS, SOFTMAX_CELL, CompareConfig
 from attnreg.studies.compare.probe import multi_target_probe
 from attnreg.studies.compare.sections import SECTIONS
@@ -56,13 +56,45 @@ def run(config: CompareConfig | None = None, progress: Progress | None = None) -
 
 
 def _run(cfg: CompareConfig, progress: Progress) -> StudyResult:
+    from attnreg.studies.compare import locality as compare_locality
+
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    result = StudyResult("compare", asdict(cfg), [])
+    cells, kept, datasets = cells_section(cfg, progress)
+    result.add(cells)
+    trained = {
+        mode: {
+            "softmax, trained": cell.matrices["test_weights"],
+            "softmax, initial": cell.matrices["initial_test_weights"],
+        }
+        for (mode, *switches), cell in kept.items()
+        if tuple(switches) == SOFTMAX_CELL
+    }
+    for label, section in SECTIONS:
+        with progress.stage(label):
+            if section is compare_locality.section:  # judged on the trained softmax layers
+                result.add(compare_locality.section(cfg, datasets, trained))
+            else:
+                result.add(section(cfg, datasets))
+    result.summary["timing"] = (
+        f"wall {time.perf_counter() - wall0:.1f} s, CPU {time.process_time() - cpu0:.1f} s "
+        f"({torch.get_num_threads()} torch threads)"
+    )
+    return result
+
+
+def cells_section(
+    cfg: CompareConfig, progress: Progress
+) -> tuple[Section, dict[tuple[Any, ...], Cell], dict[str, RegressionData]]:
+    """The attention cells (every data mode × variant × switch × seed) beside the baselines,
+    the trained OLS-Transformer, the ``W_q W_kᵀ`` probe and its in-context training: their
+    rows, summary, checks, claims, figures and tables; also the cells kept for the figures and
+    the first seed's data per mode (the further sections read them)."""
     from attnreg.studies.compare import figures as compare_figures
     from attnreg.studies.compare import in_context as compare_in_context
-    from attnreg.studies.compare import locality as compare_locality
     from attnreg.studies.compare import ols_transformer as compare_ols_transformer
     from attnreg.studies.compare import summary as compare_summary
 
-    wall0, cpu0 = time.perf_counter(), time.process_time()
     rows: list[dict[str, Any]] = []
     training: list[dict[str, Any]] = []
     kept: dict[tuple[Any, ...], Cell] = {}
@@ -107,35 +139,17 @@ def _run(cfg: CompareConfig, progress: Progress) -> StudyResult:
     if cfg.in_context:
         with progress.stage("W_q W_kᵀ trained in context"):
             in_context = compare_in_context.measure(cfg)
-    result = StudyResult("compare", asdict(cfg), rows, tables={"compare_training": training})
-    result.summary = compare_summary.summarise(rows, training, sklearn_gap, ols_tf, cfg, probe)
+    summary = compare_summary.summarise(rows, training, sklearn_gap, ols_tf, cfg, probe)
     if in_context is not None:
-        result.summary[compare_in_context.QUESTION] = compare_in_context.answer(in_context)
-    result.checks = compare_summary.checks(rows, sklearn_gap, cfg)
-    result.claims = compare_summary.claims(rows, ols_tf, cfg, in_context)
-    result.figures = compare_figures.make_figures(rows, kept, baselines, datasets)
+        summary[compare_in_context.QUESTION] = compare_in_context.answer(in_context)
+    checks = compare_summary.checks(rows, sklearn_gap, cfg)
+    claims = compare_summary.claims(rows, ols_tf, cfg, in_context)
+    figures = compare_figures.make_figures(rows, kept, baselines, datasets)
+    tables = {"compare_training": training}
     if ols_tf is not None:
-        result.figures += compare_ols_transformer.make_figures(ols_tf)
-        result.tables |= compare_ols_transformer.tables(ols_tf)
-    trained = {
-        mode: {
-            "softmax, trained": cell.matrices["test_weights"],
-            "softmax, initial": cell.matrices["initial_test_weights"],
-        }
-        for (mode, *switches), cell in kept.items()
-        if tuple(switches) == SOFTMAX_CELL
-    }
-    for label, section in SECTIONS:
-        with progress.stage(label):
-            if section is compare_locality.section:  # judged on the trained softmax layers
-                result.add(compare_locality.section(cfg, datasets, trained))
-            else:
-                result.add(section(cfg, datasets))
-    result.summary["timing"] = (
-        f"wall {time.perf_counter() - wall0:.1f} s, CPU {time.process_time() - cpu0:.1f} s "
-        f"({torch.get_num_threads()} torch threads)"
-    )
-    return result
+        figures += compare_ols_transformer.make_figures(ols_tf)
+        tables |= compare_ols_transformer.tables(ols_tf)
+    return Section(rows, summary, checks, figures, tables, claims), kept, datasets
 
 
 def ridge_sklearn_gap(data: RegressionData, lam: float, extras: dict[str, torch.Tensor]) -> float:
