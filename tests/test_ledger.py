@@ -29,7 +29,6 @@ from attnreg.studies.ledger import (
     Claim,
     Quote,
     Regime,
-    Threshold,
     admonition,
     ledger_table,
     markdown,
@@ -41,6 +40,7 @@ from attnreg.studies.sources import TAN_ZHAO, TANG, VON_OSWALD_SUMMARY, WOJIAO
 from attnreg.studies.verify import sign
 from attnreg.studies.verify.config import VerifyConfig
 from attnreg.studies.verify.run import run as run_verify
+from attnreg.thresholds import Threshold
 
 MAX_WORDS = 60
 SOURCES_DIR = Path(__file__).resolve().parents[2] / "shared" / "sources"

@@ -5,16 +5,10 @@ from __future__ import annotations
 
 import json
 
-from attnreg.studies.ledger import (
-    EMPIRICAL,
-    Claim,
-    Quote,
-    Regime,
-    Threshold,
-    admonition,
-)
+from attnreg.studies.ledger import EMPIRICAL, Claim, Quote, Regime, admonition
 from attnreg.studies.published import load, merge, publish
 from attnreg.studies.sources import FU, VLADYMYROV
+from attnreg.thresholds import Threshold
 
 PAPER = "the paper's setup"
 

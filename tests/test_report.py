@@ -384,8 +384,9 @@ def test_site_ledger_html_opens_with_totals_and_escapes():
     claim in its verdict's class with its icon, every text escaped; the opening box links to the
     ledger."""
     from attnreg.report.ledger_html import ledger_page, opening
-    from attnreg.studies.ledger import EMPIRICAL, Claim, Quote, Threshold, totals_text
+    from attnreg.studies.ledger import EMPIRICAL, Claim, Quote, totals_text
     from attnreg.studies.sources import TANG
+    from attnreg.thresholds import Threshold
 
     evil = "<script>x</script>"
     claims = [

@@ -35,7 +35,8 @@ def test_no_quote_shows_tex(quote):
 
 def test_the_ledgers_show_the_quote_without_tex_and_ledger_json_keeps_it():
     from attnreg.report.ledger_html import ledger_table
-    from attnreg.studies.ledger import EMPIRICAL, Claim, Threshold, admonition, markdown
+    from attnreg.studies.ledger import EMPIRICAL, Claim, admonition, markdown
+    from attnreg.thresholds import Threshold
 
     claim = Claim(
         quotes.VON_OSWALD_SUMMARY_CLOSING,

@@ -8,8 +8,7 @@ import math
 import pytest
 
 from attnreg.bench.limits import Limit, judge
-from attnreg.studies.ledger import Threshold
-from attnreg.thresholds import check, passes
+from attnreg.thresholds import Threshold, check, passes
 
 CASES = [
     (1.0, "<=", 2.0, True),

@@ -1,14 +1,17 @@
-"""One threshold test for the whole package: ``value op limit`` with ``op`` ``"<="`` or
-``">="``, where a missing (``None``) or non-finite value fails.
+"""One threshold for the whole package: :class:`Threshold`, ``value op limit`` with ``op``
+``"<="`` or ``">="`` and the limit's origin, where a missing (``None``) or non-finite value
+fails (:func:`passes`).
 
-The studies' checks (:func:`check`), the ledger's claims
-(:class:`attnreg.studies.ledger.Threshold`) and the benchmark targets
-(:class:`attnreg.bench.limits.Limit`) all judge through :func:`passes`. A leaf module.
+A study's checks are :meth:`Threshold.check` rows (:func:`check`: the limit a config field),
+the ledger's claims each hold a :class:`Threshold` (:class:`attnreg.studies.ledger.Claim`), and
+the benchmark targets (:class:`attnreg.bench.limits.Limit`) judge through :func:`passes`. A
+leaf module.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 SYMBOLS = {"<=": "≤", ">=": "≥"}
@@ -30,12 +33,42 @@ def passes(value: float | None, op: str, limit: float) -> bool:
     return value <= limit if op == "<=" else value >= limit
 
 
+@dataclass(frozen=True)
+class Threshold:
+    """``value op limit`` passes (``op`` ``"<="`` or ``">="``); ``origin`` says where ``limit``
+    comes from."""
+
+    op: str
+    limit: float
+    origin: str
+
+    def __post_init__(self) -> None:
+        check_op(self.op)
+        if not self.origin.strip():
+            raise ValueError("threshold: origin must say where the limit comes from")
+
+    def passes(self, value: float) -> bool:
+        return passes(value, self.op, self.limit)
+
+    def text(self) -> str:
+        return f"{SYMBOLS[self.op]} {self.limit:g}"
+
+    def check(self, name: str, value: float | None) -> dict[str, Any]:
+        """The pass/fail row ``{check, value, op, limit, passed}`` of ``value`` (named
+        ``name``), as a study's checks store it."""
+        return {
+            "check": name,
+            "value": None if value is None else float(value),
+            "op": self.op,
+            "limit": float(self.limit),
+            "passed": passes(value, self.op, self.limit),
+        }
+
+
+CONFIG_ORIGIN = "a field of the study's config"
+"""Where a study check's limit comes from."""
+
+
 def check(name: str, value: float | None, op: str, limit: float) -> dict[str, Any]:
-    """One pass/fail criterion ``{check, value, op, limit, passed}`` (:func:`passes`)."""
-    return {
-        "check": name,
-        "value": None if value is None else float(value),
-        "op": check_op(op),
-        "limit": float(limit),
-        "passed": passes(value, op, limit),
-    }
+    """A study's pass/fail criterion (the limit a config field): :meth:`Threshold.check`."""
+    return Threshold(op, limit, CONFIG_ORIGIN).check(name, value)

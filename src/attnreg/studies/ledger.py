@@ -11,8 +11,9 @@ A study (or one of its sections) returns :class:`Claim` objects in
   measured, in its setup), :data:`REMARK` (a hedged or qualitative aside) or :data:`OPEN` (a
   question the source asks);
 * the measurement and its values per case, with standard errors where there are seeds;
-* a :class:`Threshold` that says where it comes from (the paper's own number, a null
-  distribution measured in the same run, paired standard errors over seeds, an error bound);
+* a :class:`~attnreg.thresholds.Threshold` that says where it comes from (the paper's own
+  number, a null distribution measured in the same run, paired standard errors over seeds, an
+  error bound);
 * for a claim about trained models, a :class:`Regime`: the paper's setup and the run's, and
   whether the run met it.
 
@@ -39,7 +40,7 @@ from typing import Any
 from attnreg.studies.answers import format_against, summary_table
 from attnreg.studies.sources import Source
 from attnreg.studies.tex import plain
-from attnreg.thresholds import SYMBOLS, check_op, passes
+from attnreg.thresholds import Threshold
 
 IDENTITY = "identity"
 EMPIRICAL = "empirical"
@@ -88,27 +89,6 @@ class Quote:
         source's inline TeX in Unicode (:func:`~attnreg.studies.tex.plain`: the pages load no
         MathJax)."""
         return shown_quote(self.text, self.verbatim)
-
-
-@dataclass(frozen=True)
-class Threshold:
-    """``value op limit`` passes (``op`` ``"<="`` or ``">="``); ``origin`` says where ``limit``
-    comes from."""
-
-    op: str
-    limit: float
-    origin: str
-
-    def __post_init__(self) -> None:
-        check_op(self.op)
-        if not self.origin.strip():
-            raise ValueError("threshold: origin must say where the limit comes from")
-
-    def passes(self, value: float) -> bool:
-        return passes(value, self.op, self.limit)
-
-    def text(self) -> str:
-        return f"{SYMBOLS[self.op]} {self.limit:g}"
 
 
 @dataclass(frozen=True)

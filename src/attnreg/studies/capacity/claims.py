@@ -15,9 +15,10 @@ from attnreg.studies.capacity.summary import (
     hebbian_band,
     power_degrees,
 )
-from attnreg.studies.ledger import EMPIRICAL, IDENTITY, Claim, Quote, Regime, Threshold
+from attnreg.studies.ledger import EMPIRICAL, IDENTITY, Claim, Quote, Regime
 from attnreg.studies.quotes import TANG_CAPACITY
 from attnreg.studies.sources import AMIT, KROTOV_HOPFIELD, MILLIDGE, RAMSAUER
+from attnreg.thresholds import Threshold
 
 TREND_Z = 2.0
 """A large-d formula holds when the measurement does not move away from it: the slope of the

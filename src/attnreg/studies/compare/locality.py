@@ -49,9 +49,10 @@ from attnreg.studies.common import FigureRecord, Section
 from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.metrics import hat_matrix
 from attnreg.studies.compare.tang_retrieval import Z_LIMIT
-from attnreg.studies.ledger import REMARK, Claim, Threshold
+from attnreg.studies.ledger import REMARK, Claim
 from attnreg.studies.paired import paired_z
 from attnreg.studies.quotes import WOJIAO_LOCAL
+from attnreg.thresholds import Threshold
 
 SECTION = "locality"
 QUESTION = "global or local: how many context rows does a query's attention row draw on?"

@@ -17,11 +17,11 @@ from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.in_context import answer
 from attnreg.studies.compare.ols_transformer import OLSTransformerResult
 from attnreg.studies.compare.tang_retrieval import Z_LIMIT
-from attnreg.studies.ledger import OPEN, REMARK, Claim, Quote, Threshold
+from attnreg.studies.ledger import OPEN, REMARK, Claim, Quote
 from attnreg.studies.paired import standard_error
 from attnreg.studies.quotes import TAN_ZHAO_MEMORIES, TANG_TRAINABLE_METRIC
 from attnreg.studies.sources import ATTNREG
-from attnreg.thresholds import check
+from attnreg.thresholds import Threshold, check
 
 Row = dict[str, Any]
 

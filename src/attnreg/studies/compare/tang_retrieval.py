@@ -44,9 +44,10 @@ from attnreg.data.regression import RegressionData
 from attnreg.studies.answers import summary_table
 from attnreg.studies.common import FigureRecord, Section
 from attnreg.studies.compare.config import CompareConfig
-from attnreg.studies.ledger import REMARK, Claim, Threshold
+from attnreg.studies.ledger import REMARK, Claim
 from attnreg.studies.paired import paired_z
 from attnreg.studies.quotes import TANG_WHITENING
+from attnreg.thresholds import Threshold
 
 SECTION = "tang"
 SEED_TAG = 4  # the section's stream: numpy SeedSequence([config.seed, SEED_TAG, part])

@@ -51,9 +51,10 @@ from attnreg.studies.compare.config import CompareConfig
 from attnreg.studies.compare.density import validated_beta
 from attnreg.studies.compare.metrics import mse
 from attnreg.studies.compare.tang_retrieval import SECTION, SEED_TAG
-from attnreg.studies.ledger import IDENTITY, REMARK, Claim, Threshold
+from attnreg.studies.ledger import IDENTITY, REMARK, Claim
 from attnreg.studies.paired import paired_z, standard_error
 from attnreg.studies.quotes import TANG_SQRT_DK
+from attnreg.thresholds import Threshold
 
 QUESTION = "Tang: does 1/√d_k handle the scale of key/query pairs, and not correlation?"
 QUESTION_RHO = "Tang: does correlation hurt softmax regression with a global scale, not whitened?"

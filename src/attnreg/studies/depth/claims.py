@@ -15,9 +15,10 @@ from typing import Any
 
 from attnreg.studies.depth.config import DepthConfig
 from attnreg.studies.depth.iterates import line_r2
-from attnreg.studies.ledger import EMPIRICAL, IDENTITY, Claim, Quote, Regime, Threshold
+from attnreg.studies.ledger import EMPIRICAL, IDENTITY, Claim, Quote, Regime
 from attnreg.studies.paired import standard_error
 from attnreg.studies.sources import AKYUREK, FU, GARG, GIANNOU, VLADYMYROV
+from attnreg.thresholds import Threshold
 
 FU_WORDS = Quote(
     FU,

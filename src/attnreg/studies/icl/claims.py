@@ -21,9 +21,10 @@ import math
 from typing import Any
 
 from attnreg.studies.icl.config import ICLConfig
-from attnreg.studies.ledger import EMPIRICAL, Claim, Quote, Regime, Threshold
+from attnreg.studies.ledger import EMPIRICAL, Claim, Quote, Regime
 from attnreg.studies.paired import in_standard_errors
 from attnreg.studies.sources import VON_OSWALD
+from attnreg.thresholds import Threshold
 
 PAPER_REGIME = (
     "one linear self-attention layer (and recurrent multi-layer LSA for GD++), d = N = 10, "

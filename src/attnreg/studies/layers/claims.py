@@ -23,10 +23,11 @@ from typing import Any
 
 from attnreg.studies.layers.config import LayersConfig
 from attnreg.studies.layers.memory import capacity, memories
-from attnreg.studies.ledger import IDENTITY, REMARK, Claim, Quote, Threshold
+from attnreg.studies.ledger import IDENTITY, REMARK, Claim, Quote
 from attnreg.studies.paired import paired_z
 from attnreg.studies.quotes import TANG_CAPACITY
 from attnreg.studies.sources import WANG_SHI_FOX
+from attnreg.thresholds import Threshold
 
 WANG = WANG_SHI_FOX
 WANG_LAYERS = Quote(

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnreg.studies.ledger import IDENTITY, Claim, Quote, Threshold
+from attnreg.studies.ledger import IDENTITY, Claim, Quote
 from attnreg.studies.quotes import TAN_ZHAO_SPECIAL_CASE
 from attnreg.studies.sources import GOULET_COULOMBE, MESA, VON_OSWALD
 from attnreg.studies.verify.config import unit_roundoff
+from attnreg.thresholds import Threshold
 
 MACHINE = 1000
 """A relative error within ``MACHINE · u`` (u the unit roundoff of the dtype) counts as machine

@@ -13,9 +13,10 @@ import numpy as np
 import torch
 
 from attnreg.constructions import VonOswaldSummaryLayer
-from attnreg.studies.ledger import IDENTITY, Claim, Quote, Threshold
+from attnreg.studies.ledger import IDENTITY, Claim, Quote
 from attnreg.studies.quotes import VON_OSWALD_SUMMARY_CLOSING
 from attnreg.studies.sources import VON_OSWALD
+from attnreg.thresholds import Threshold
 
 TOLERANCE = 1e-12
 """A float64 distance below this is "equal": the products are of a few ``O(1)`` terms (d = 3,
