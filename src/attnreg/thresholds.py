@@ -47,7 +47,7 @@ class Threshold:
         if not self.origin.strip():
             raise ValueError("threshold: origin must say where the limit comes from")
 
-    def passes(self, value: float) -> bool:
+    def passes(self, value: float | None) -> bool:
         return passes(value, self.op, self.limit)
 
     def text(self) -> str:
@@ -61,7 +61,7 @@ class Threshold:
             "value": None if value is None else float(value),
             "op": self.op,
             "limit": float(self.limit),
-            "passed": passes(value, self.op, self.limit),
+            "passed": self.passes(value),
         }
 
 

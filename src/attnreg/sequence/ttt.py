@@ -66,8 +66,9 @@ def ttt_linear(
     check_flag("norm", norm)
     affine = _norm_parameters(norm, norm_weight, norm_bias, check_positive("eps", eps), kt, vt)
 
+    compute = ttt_chunk if form == "chunk" else ttt_recurrent
+
     def layer(qc: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, sc: float) -> Result:
-        compute = ttt_chunk if form == "chunk" else ttt_recurrent
         return compute(qc * sc, kc, vc, eta, batch_size, affine), None
 
     return checked_result(layer, qt, kt, vt, check_scale(scale), "ttt_linear")
