@@ -418,11 +418,29 @@ def test_a_run_below_the_weakest_baseline_or_unconverged_is_gated():
     rows[0]["error"] = 0.9  # above averaging
     assert garg_claim(rows).verdict() == "no verdict: reduced scale"
     rows = _mixed([0.0], True)
-    rows[0]["converged"] = False
+    for r in rows:
+        r["converged"] = r["layers"] == 3  # only the shallow stacks, which are no case
     assert vladymyrov_claim(rows).verdict() == "no verdict: reduced scale"
     rows = _bayes([0.0], True)
     rows[-1]["error"] = 0.6  # the deepest above OLS
     assert akyurek_claim(rows).verdict() == "no verdict: reduced scale"
+
+
+def test_vladymyrovs_cells_below_the_regime_get_no_verdict_and_the_others_are_judged():
+    """At the paper's scale, a cell whose seeds did not all converge, or whose stack is not
+    below ConstRR, is named and left out; the verdict comes from the other cells, on both sides
+    of the threshold."""
+    below, above = MATCH_Z - 0.5, MATCH_Z + 0.5
+    for z, verdict in ((below, "holds"), (above, "does not hold")):
+        rows = _mixed([z], True)
+        rows[1]["converged"] = False  # σ_max = 1, L = 5
+        rows[5]["beats_const"] = False  # σ_max = 3, L = 7
+        claim = vladymyrov_claim(rows)
+        assert claim.verdict() == verdict
+        assert claim.unmet() == ["σ_max = 1, L = 5", "σ_max = 3, L = 7"]
+        assert len(claim.judged()) == 4
+        assert "No verdict on σ_max = 1, L = 5; σ_max = 3, L = 7: their runs" in claim.why()
+        assert "converged in 5 and the stack is below ConstRR in 5" in claim.regime.run
 
 
 def test_noise_claims_quote_the_sources_with_a_sourced_threshold():

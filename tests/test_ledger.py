@@ -112,6 +112,30 @@ def test_the_verdict_is_computed_from_the_numbers(values, op, condition, regime,
         assert row["paper_regime"] == "the paper's setup" and row["run_regime"] == "a toy run"
 
 
+def test_a_regime_met_in_some_cases_judges_those_only():
+    """A regime met cell by cell: the cases below it get no verdict and are named; the verdict
+    and its count come from the others, on both sides of the threshold; with every case below
+    it, no verdict at all."""
+
+    def cells(values: dict[str, float], unmet: tuple[str, ...]) -> Claim:
+        regime = Regime("the paper's setup", "the run's cells", True, "a plateau", unmet)
+        return _claim(values, regime=regime)
+
+    held = cells({"a": 0.5, "b": 2.0}, ("b",))
+    assert held.verdict() == HOLDS and held.judged() == ["a"] and held.unmet() == ["b"]
+    assert "No verdict on b" in held.why() and "a plateau" in held.why()
+    assert held.row()["regime_unmet"] == ["b"]
+    failed = cells({"a": 1.5, "b": 0.5}, ("b",))
+    assert failed.verdict() == FAILS and failed.why().startswith("Contradicted")
+    part = cells({"a": 0.5, "b": 0.5, "c": 1.5}, ("b",))
+    assert part.verdict() == PARTIAL and part.verdict_text() == "partial 1 of 2"
+    assert part.why().startswith("Contradicted on c; holds on a")
+    assert cells({"a": 0.5}, ("a",)).verdict() == REDUCED
+    assert cells({"a": 0.5}, ()).why() == f"Every case (1) meets the threshold ({ORIGIN})."
+    with pytest.raises(ValueError, match="needed"):
+        Regime("paper", "run", True, "", ("a",))
+
+
 def test_an_open_question_gets_an_answer_and_no_verdict():
     claim = Claim(QUOTE, OPEN, "a cosine", {"a": 0.1}, answer="Not here: far from it.")
     assert claim.verdict() == OPEN_QUESTION and claim.why() == "Not here: far from it."

@@ -20,7 +20,8 @@ A study (or one of its sections) returns :class:`Claim` objects in
 The verdict is computed, never written:
 
 * *open question* — the kind is :data:`OPEN`: the measurement and its answer, no verdict;
-* *no verdict: reduced scale* — the claim has a regime that the run did not meet;
+* *no verdict: reduced scale* — the claim has a regime that the run did not meet (in no case:
+  a regime met in some cases only judges those, and names the others as below it);
 * *not testable* — the claim names its reason, nothing was measured, or a remark has no
   reading as a number;
 * *holds* — every case satisfies ``value op threshold``; *conditional* — every case does, under
@@ -95,15 +96,18 @@ class Quote:
 class Regime:
     """The setup a trained-model claim is about (``paper``: model, depth, width, steps, data,
     metric) and the one the run met (``run``); ``met`` whether the run reaches the paper's
-    (converged, at its depth, beating its weakest baseline), ``needed`` what scale would."""
+    (converged, at its depth, beating its weakest baseline), ``needed`` what scale would.
+    ``unmet``: the claim's cases whose runs did not meet it although others did (a regime met
+    cell by cell): they get no verdict, the others are judged."""
 
     paper: str
     run: str
     met: bool
     needed: str = ""
+    unmet: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.met and not self.needed.strip():
+        if (not self.met or self.unmet) and not self.needed.strip():
             raise ValueError("regime: a run below the paper's regime must say what is needed")
 
 
@@ -150,11 +154,19 @@ class Claim:
     def measured(self) -> dict[str, float]:
         return {c: v for c, v in self.values.items() if math.isfinite(v)}
 
+    def unmet(self) -> list[str]:
+        """The cases whose runs did not meet the claim's regime (no verdict on them)."""
+        return [c for c in self.values if self.regime is not None and c in self.regime.unmet]
+
+    def judged(self) -> list[str]:
+        """The cases the verdict is computed from: every case but those below the regime."""
+        return [c for c in self.values if c not in self.unmet()]
+
     def passing(self) -> list[str]:
-        """The cases whose number satisfies the threshold."""
+        """The judged cases whose number satisfies the threshold."""
         if self.threshold is None:
             return []
-        return [c for c, v in self.values.items() if self.threshold.passes(v)]
+        return [c for c in self.judged() if self.threshold.passes(self.values[c])]
 
     def verdict(self) -> str:
         """One of :data:`VERDICTS`, computed from the numbers."""
@@ -162,10 +174,10 @@ class Claim:
             return UNTESTABLE if self.untestable else OPEN_QUESTION
         if self.untestable or not self.measured() or self.threshold is None:
             return UNTESTABLE
-        if self.regime is not None and not self.regime.met:
+        if self.regime is not None and not (self.regime.met and self.judged()):
             return REDUCED
         good = len(self.passing())
-        if good == len(self.values):
+        if good == len(self.judged()):
             return CONDITIONAL if self.condition else HOLDS
         return PARTIAL if good else FAILS
 
@@ -178,7 +190,7 @@ class Claim:
         """The verdict as shown: *partial* with its count ("partial 2 of 3")."""
         verdict = self.verdict()
         if verdict == PARTIAL:
-            return f"{PARTIAL} {len(self.passing())} of {len(self.values)}"
+            return f"{PARTIAL} {len(self.passing())} of {len(self.judged())}"
         return verdict
 
     def why(self) -> str:
@@ -200,19 +212,33 @@ class Claim:
                 f"{self.regime.paper}. Needs: {self.regime.needed}."
             )
         assert self.threshold is not None
-        origin = self.threshold.origin
+        return self._judged_why(verdict, self.threshold.origin) + self._unmet_why()
+
+    def _judged_why(self, verdict: str, origin: str) -> str:
+        judged = self.judged()
         if verdict == FAILS:
             return f"Contradicted: no case meets the threshold ({origin})."
         if verdict == PARTIAL:
             good = self.passing()
-            bad = [c for c in self.values if c not in good]
+            bad = [c for c in judged if c not in good]
             return f"Contradicted on {', '.join(bad)}; holds on {', '.join(good)} ({origin})."
-        cases = "" if list(self.values) == [""] else f"every case ({len(self.values)}) "
+        cases = "" if judged == [""] else f"every case ({len(judged)}) "
         head = f"{cases}meets the threshold ({origin})".strip()
         head = head[0].upper() + head[1:]
         if verdict == CONDITIONAL:
             return f"{head}, on condition: {self.condition}."
         return f"{head}."
+
+    def _unmet_why(self) -> str:
+        """`` No verdict on …: below the regime …`` for a regime met in some cases only."""
+        unmet = self.unmet()
+        if not unmet:
+            return ""
+        assert self.regime is not None
+        return (
+            f" No verdict on {'; '.join(unmet)}: their runs are below the paper's regime "
+            f"(needs: {self.regime.needed})."
+        )
 
     def number(self) -> str:
         """The measured numbers, with ± their standard errors, each shown with enough digits to
@@ -243,6 +269,7 @@ class Claim:
             "paper_regime": self.regime.paper if self.regime else None,
             "run_regime": self.regime.run if self.regime else None,
             "regime_met": self.regime.met if self.regime else None,
+            "regime_unmet": self.unmet(),
             "measurement": self.measurement,
             "values": dict(self.values),
             "errors": dict(self.errors),

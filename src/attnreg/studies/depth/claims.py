@@ -399,8 +399,10 @@ def vladymyrov_claim(rows: list[dict[str, Any]]) -> Claim | None:
     """Vladymyrov et al.: per (σ_max, depth ≥ 5 — the deeper stacks of the paper's 3 to 7, at
     which it reports linear transformers level with TunedRR; every depth if none reaches 5) the
     trained stack's adjusted loss against TunedRR's (rows ``kind="mixed_match"``), in paired
-    standard errors. In the paper's regime only at D = 10, N = 20, σ_max ⊇ {1, 3, 5}, ≥ 3
-    seeds, depths from ≤ 3 to ≥ 5, every run converged and below ConstRR."""
+    standard errors. The run is in the paper's regime at D = 10, N = 20, σ_max ⊇ {1, 3, 5},
+    ≥ 3 seeds and depths from ≤ 3 to ≥ 5; within it a cell is judged only where every seed's
+    run converged and the stack is below ConstRR (the weakest baseline): the other cells are
+    named as below the regime, with no verdict."""
     match = _of(rows, "mixed_match")
     if not match:
         return None
@@ -411,25 +413,33 @@ def vladymyrov_claim(rows: list[dict[str, Any]]) -> Claim | None:
     model = "DIAG (the paper's diagonal attention, ω per layer)"
     if match[0].get("variant", "full") != "diag":
         model = "full key-query and value products"
-    conv = all(r["converged"] for r in match)
-    beats = all(r["beats_const"] for r in match)
     grown = " (each deeper stack grown from the shallower)" if match[0].get("grown") else ""
-    met = (
+
+    def case(r: dict[str, Any]) -> str:
+        return f"σ_max = {r['sigma_max']:g}, L = {r['layers']}"
+
+    scale = (
         d == 10
         and n == 20
         and {1.0, 3.0, 5.0} <= set(smax)
         and seeds >= 3
         and min(depths) <= 3
         and max(depths) >= 5
-        and conv
-        and beats
+    )
+    conv = [case(r) for r in deep if r["converged"]]
+    beats = [case(r) for r in deep if r["beats_const"]]
+    unmet = tuple(case(r) for r in deep if not (r["converged"] and r["beats_const"]))
+    met = scale and len(unmet) < len(deep)
+    needed = (
+        "stacks of 3 to 7 layers, D = 10, N = 20, σ_max ∈ {1, 3, 5}, 3 seeds, each trained to "
+        "a loss plateau and below ConstRR (the full profile)"
     )
     return Claim(
         VLADYMYROV_WORDS,
         EMPIRICAL,
         "(adjusted loss of the trained stack − TunedRR's) / paired standard error, adjusted "
         "loss = loss − the oracle's (ridge given each task's σ)",
-        {f"σ_max = {r['sigma_max']:g}, L = {r['layers']}": r["z"] for r in deep},
+        {case(r): r["z"] for r in deep},
         Threshold(
             "<=",
             MATCH_Z,
@@ -439,14 +449,11 @@ def vladymyrov_claim(rows: list[dict[str, Any]]) -> Claim | None:
             VLADYMYROV_REGIME,
             f"linear-attention stacks of {depths} layers, {model}, in "
             f"{match[0].get('dtype', 'float32')}, D = {d}, N = {n}, σ_max ∈ {smax}, {seeds} "
-            f"seed(s), {steps} Adam steps{grown}, "
-            f"{'converged' if conv else 'not all converged'}, "
-            f"{'below' if beats else 'not all below'} ConstRR",
+            f"seed(s), {steps} Adam steps{grown}; of the {len(deep)} cells judged, every seed "
+            f"converged in {len(conv)} and the stack is below ConstRR in {len(beats)}",
             met,
-            ""
-            if met
-            else "stacks of 3 to 7 layers, D = 10, N = 20, σ_max ∈ {1, 3, 5}, 3 "
-            "seeds, each trained to a loss plateau and below ConstRR (the full profile)",
+            "" if met and not unmet else needed,
+            unmet if met else (),
         ),
     )
 
