@@ -30,10 +30,18 @@ def draw(t, d_k, seed, correlated=False):
     return q, k, v, beta, alpha
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize(("t", "d_k", "correlated"), [(1, 5, False), (4, 8, True), (33, 6, False)])
-def test_kda_is_online_least_squares_with_a_decay_per_coordinate(mode, t, d_k, correlated):
+@pytest.mark.parametrize("mode", (*MODES, "chunk"))
+@pytest.mark.parametrize(
+    ("t", "d_k", "correlated", "strong"),
+    [(1, 5, False, False), (4, 8, True, False), (33, 6, False, False), (70, 4, False, True)],
+)
+def test_kda_is_online_least_squares_with_a_decay_per_coordinate(mode, t, d_k, correlated, strong):
+    """Every form of KDA (the chunked one in blocks of 32: T = 33 and 70 cross them) against
+    online least squares with a per-coordinate decay; ``strong``: gates down to 1e-6, whose
+    products over a block underflow to 0 (the chunked form never divides by them)."""
     q, k, v, beta, alpha = draw(t, d_k, t + d_k, correlated)
+    if strong:
+        alpha = np.where(alpha < 0.5, 1e-6, alpha)
     want, mags = ref.heads(ref.lms, q, k, v, beta, alpha)
     out = delta_rule(q, k, v, beta, decay=alpha, scale=0.5, mode=mode).numpy()
     steps = np.arange(1, t + 1)
@@ -84,10 +92,8 @@ def test_gradcheck_with_a_decay_per_channel(short_chunks):
     )
 
 
-def test_kdas_chunked_form_and_wrong_shapes_are_refused_by_name():
+def test_wrong_gate_shapes_are_refused_by_name():
     q, k, v, beta, alpha = draw(6, 4, 5)
-    with pytest.raises(ValueError, match=r"mode: the chunked form takes one decay per token"):
-        delta_rule(q, k, v, beta, decay=alpha, mode="chunk")
     with pytest.raises(ValueError, match=r"decay: a per-channel value must have shape"):
         delta_rule(q, k, v, beta, decay=alpha[..., :3])
     with pytest.raises(ValueError, match=r"decay: every value must lie in \(0, 1\]"):

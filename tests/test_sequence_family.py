@@ -85,12 +85,7 @@ PRODUCT_CASES = {
 }
 
 
-PRODUCT_RUNS = [
-    (case, mode)
-    for case, spec in PRODUCT_CASES.items()
-    for mode in MODES
-    if not (mode == "chunk" and spec.get("channels"))  # refused: tested below
-]
+PRODUCT_RUNS = [(case, mode) for case in PRODUCT_CASES for mode in MODES]
 
 
 @pytest.mark.parametrize(("case", "mode"), PRODUCT_RUNS)
@@ -104,12 +99,6 @@ def test_delta_product_is_sgd_taking_n_h_steps_per_token(case, mode):
     n = d_k + ref.heads(ref.log_budget, alpha)
     bound = 8 * ref.U64 * n * steps * np.linalg.norm(0.5 * q, axis=-1) * mags
     assert np.all(np.linalg.norm(out - 0.5 * want, axis=-1) <= bound)
-
-
-def test_delta_product_refuses_a_gate_per_channel_in_the_chunked_form():
-    q, k, v, beta, alpha = product_data(9, 4, 2, 0, channels=True)
-    with pytest.raises(ValueError, match="mode"):
-        delta_product(q, k, v, beta, decay=alpha, mode="chunk")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -133,7 +122,7 @@ def test_delta_product_shapes_are_checked_by_name():
         delta_product(q, k[:, :, :, :0], v[:, :, :, :0], 0.5)
 
 
-@pytest.mark.parametrize("mode", ["fused", "recurrent"])
+@pytest.mark.parametrize("mode", ["fused", "chunk", "recurrent"])
 @pytest.mark.parametrize(
     ("t", "d_k", "correlated", "key_scale"),
     [
@@ -141,12 +130,13 @@ def test_delta_product_shapes_are_checked_by_name():
         (12, 4, True, 1.0),
         (3, 8, False, 1.0),
         (13, 4, False, 1e150),
-        (70, 5, False, 1.0),  # past the fused backward's stored chunk of 64
+        (70, 5, False, 1.0),  # past the fused backward's stored chunk of 64, and three blocks
     ],
 )
 def test_generalized_delta_rule_is_its_update(t, d_k, correlated, key_scale, mode):
     """RWKV-7's form: ``a = −η ⊙ κ̂``, ``b = κ̂`` with a unit ``κ̂`` and ``η ∈ [0, 1]``, a gate
-    per channel, and keys (the write) of any scale."""
+    per channel, and keys (the write) of any scale; every form (the chunked one in blocks of
+    32)."""
     rng = np.random.default_rng(t + d_k)
     q = rng.standard_normal((B, H, t, d_k))
     k = keys(rng, (B, H, t, d_k), correlated) * key_scale
@@ -159,9 +149,11 @@ def test_generalized_delta_rule_is_its_update(t, d_k, correlated, key_scale, mod
     assert np.all(np.abs(out - want).max(-1) <= ref.U64 * bound)
 
 
-def test_generalized_delta_rule_with_the_delta_step_is_deltanet():
+@pytest.mark.parametrize("mode", ["fused", "chunk", "recurrent"])
+def test_generalized_delta_rule_with_the_delta_step_is_deltanet(mode):
     """``a = −α_t β_t k_t``, ``b = k_t``: the erase reads the state before the decay, so Gated
-    DeltaNet's ``(I − β k kᵀ) α S`` needs the decay in ``a`` too (``a = −β k`` without one)."""
+    DeltaNet's ``(I − β k kᵀ) α S`` needs the decay in ``a`` too (``a = −β k`` without one);
+    one decay per token, in every form."""
     rng = np.random.default_rng(5)
     q = rng.standard_normal((B, H, 29, 6))
     k = keys(rng, (B, H, 29, 6))
@@ -170,20 +162,19 @@ def test_generalized_delta_rule_with_the_delta_step_is_deltanet():
     alpha = rng.uniform(0.5, 1.0, (B, H, 29))
     want, mags = ref.heads(ref.lms, q, k, v, beta, alpha)
     erase = -(alpha * beta)[..., None] * k
-    out = generalized_delta_rule(q, beta[..., None] * k, v, erase, k, decay=alpha).numpy()
+    out = generalized_delta_rule(q, beta[..., None] * k, v, erase, k, decay=alpha, mode=mode)
+    out = out.numpy()
     bound = 8 * ref.U64 * (6 + ref.heads(ref.log_budget, alpha)) * np.arange(1, 30)
     assert np.all(np.linalg.norm(out - want, axis=-1) <= bound * np.linalg.norm(q, axis=-1) * mags)
     # the same with the values carrying β (DeltaNet's write is β k vᵀ either way)
-    again = generalized_delta_rule(q, k, beta[..., None] * v, erase, k, decay=alpha)
+    again = generalized_delta_rule(q, k, beta[..., None] * v, erase, k, decay=alpha, mode=mode)
     error = np.linalg.norm(again.numpy() - want, axis=-1)
     assert np.all(error <= bound * np.linalg.norm(q, axis=-1) * mags)
 
 
-def test_generalized_delta_rule_has_no_chunked_form():
+def test_generalized_delta_rule_refuses_a_mismatched_low_rank_term():
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, 1, 4, 3)) for _ in range(3))
-    with pytest.raises(ValueError, match="mode"):
-        generalized_delta_rule(q, k, v, k, k, mode="chunk")
     with pytest.raises(ValueError, match="a: must have"):
         generalized_delta_rule(q, k, v, k[..., :2], k)
 
@@ -541,15 +532,20 @@ def test_the_fenwick_segments_cover_each_prefix_once():
         assert covered == list(range(t + 1))
 
 
-@pytest.mark.parametrize(("t", "d_k", "decayed"), [(1, 4, True), (37, 5, True), (16, 3, False)])
-def test_log_linear_attention_is_the_level_weighted_sum(t, d_k, decayed):
+@pytest.mark.parametrize("mode", ["chunk", "recurrent"])
+@pytest.mark.parametrize(
+    ("t", "d_k", "decayed"), [(1, 4, True), (37, 5, True), (16, 3, False), (200, 3, True)]
+)
+def test_log_linear_attention_is_the_level_weighted_sum(t, d_k, decayed, mode):
+    """Both forms against the level-weighted sum written out; T = 200 spans four blocks of 64
+    (levels above a block's, in the segments of the block index)."""
     rng = np.random.default_rng(t)
     q, k = rng.standard_normal((B, H, t, d_k)), rng.standard_normal((B, H, t, d_k))
     v = rng.standard_normal((B, H, t, DV))
-    lam = rng.uniform(-1.0, 2.0, (B, H, t, 8))  # any sign: the weights are the query's
+    lam = rng.uniform(-1.0, 2.0, (B, H, t, 9))  # any sign: the weights are the query's
     alpha = rng.uniform(0.5, 1.0, (B, H, t)) if decayed else np.ones((B, H, t))
     want, bound = ref.heads(vref.level_weighted_sum, q, k, v, lam, alpha)
-    out = log_linear_attention(q, k, v, lam, decay=alpha if decayed else None, scale=1.0)
+    out = log_linear_attention(q, k, v, lam, decay=alpha if decayed else None, scale=1.0, mode=mode)
     assert np.all(np.abs(out.numpy() - want).max(-1) <= ref.U64 * bound)
 
 

@@ -157,9 +157,6 @@ def test_simple_gla(mode):
         assert torch.all((ours - fla_layout(out)).abs().double() <= tol)
 
 
-FUSED_MODES = ("fused", "recurrent")  # KDA (the delta rule per channel) has no chunked form yet
-
-
 def channel_gates(seed):
     """Log-decays ``g (B, H, T, D)``, one per key channel, in ``(log 0.5, 0]``."""
     g = torch.Generator().manual_seed(seed)
@@ -180,18 +177,23 @@ def test_gla(mode):
     assert torch.all((ours - fla_layout(theirs)).abs().double() <= tol)
 
 
-@pytest.mark.parametrize("mode", FUSED_MODES)
+@pytest.mark.parametrize("mode", MODES)
 def test_kda(mode):
     """Kimi Delta Attention: the delta rule after a per-channel decay ``exp(g)``, β per token;
-    fla's layout ``(B, T, H, d)``, its query scale ``d_k^{-1/2}`` by default."""
+    fla's layout ``(B, T, H, d)``, its query scale ``d_k^{-1/2}`` by default; against fla's
+    token loop and its chunked form."""
     fla = naive("kda")
     q, k, v, beta, _ = data(7, normalize=True)
     g = channel_gates(7)
     ours = delta_rule(q, k, v, beta, decay=g.exp(), scale=D**-0.5, mode=mode)
     qf, kf, vf, gf = (fla_layout(x) for x in (q, k, v, g))
-    theirs = fla.naive_recurrent_kda(qf, kf, vf, gf, beta.transpose(1, 2).contiguous())[0]
+    bf = beta.transpose(1, 2).contiguous()
     tol = online_tol(q * D**-0.5, k, v, beta, g.exp())
-    assert torch.all((ours - fla_layout(theirs)).norm(dim=-1).double() <= tol)
+    for theirs in (
+        fla.naive_recurrent_kda(qf, kf, vf, gf, bf)[0],
+        fla.naive_chunk_kda(qf, kf, vf, gf, bf)[0],
+    ):
+        assert torch.all((ours - fla_layout(theirs)).norm(dim=-1).double() <= tol)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -328,18 +330,21 @@ def test_gated_delta_product(mode):
     assert torch.all((ours - fla_layout(theirs)).norm(dim=-1).double() <= tol)
 
 
-def test_generalized_delta_rule_dplr():
-    """RWKV-7's diagonal-plus-low-rank rule: fla's ``dplr_recurrence`` keeps ``S`` as ours
-    (``d_k × d_v``), names our ``a`` ``beta`` and our ``b`` ``alpha``, takes per-channel
-    log-decays ``gk`` and always scales the queries by ``d_k^{-1/2}``; layout ours."""
+@pytest.mark.parametrize("mode", MODES)
+def test_generalized_delta_rule_dplr(mode):
+    """RWKV-7's diagonal-plus-low-rank rule: fla's ``dplr_recurrence`` and ``dplr_chunkwise``
+    keep ``S`` as ours (``d_k × d_v``), name our ``a`` ``beta`` and our ``b`` ``alpha``, take
+    per-channel log-decays ``gk`` and always scale the queries by ``d_k^{-1/2}``; layout
+    ours."""
     fla = naive("generalized_delta_rule/dplr")
     g = torch.Generator().manual_seed(12)
     q, k, v = (torch.randn(B, H, T, D, generator=g) for _ in range(3))
     kappa = torch.nn.functional.normalize(torch.randn(B, H, T, D, generator=g), dim=-1)
     a = -torch.rand(B, H, T, D, generator=g) * kappa
     gk = channel_gates(12)
-    ours = generalized_delta_rule(q, k, v, a, kappa, decay=gk.exp(), scale=D**-0.5)
-    theirs = fla.dplr_recurrence(q, k, v, kappa, a, gk)[0]
+    ours = generalized_delta_rule(q, k, v, a, kappa, decay=gk.exp(), scale=D**-0.5, mode=mode)
+    loop = fla.dplr_recurrence(q, k, v, kappa, a, gk)[0]
+    chunked = fla.dplr_chunkwise(q, k, v, kappa, a, gk)[0]
     # the running magnitude |W| of the update (the loop on absolute values), in float32
     w = torch.zeros(B, H, D, D, dtype=torch.float64)
     tol = torch.zeros(B, H, T, D, dtype=torch.float64)
@@ -352,7 +357,8 @@ def test_generalized_delta_rule_dplr():
         tol[:, :, t] = (
             8 * ref.U32 * (D + 3) * (t + 1) * torch.einsum("bhk,bhkv->bhv", qq[:, :, t], w)
         )
-    assert torch.all((ours - theirs).abs().double() <= tol)
+    for theirs in (loop, chunked):
+        assert torch.all((ours - theirs).abs().double() <= tol)
 
 
 def test_forgetting_attention():

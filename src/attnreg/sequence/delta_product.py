@@ -45,7 +45,7 @@ def delta_product(
 
     ``beta ≥ 0``: a number, a per-head constant ``(H,)`` or one per step ``(B, H, T, n_h)``.
     ``decay`` ``α_t ∈ (0, 1]``, applied once per token before its steps: a number, ``(H,)``,
-    ``(B, H, T)`` or one per key channel ``(B, H, T, d_k)`` (no chunked form for the last). Keys
+    ``(B, H, T)`` or one per key channel ``(B, H, T, d_k)``. Keys
     are used as given (DeltaProduct L2-normalises each ``k_{t,j}``); each step is no expansion
     when ``0 ≤ β_{t,j} ‖k_{t,j}‖² ≤ 2``. ``mode`` as in :func:`attnreg.sequence.delta_rule`.
     """

@@ -1,7 +1,8 @@
 """The delta rule — DeltaNet, Gated DeltaNet, and KDA with a gate per key channel — in its three
 forms side by side: :func:`delta_rule` (the public layer), :func:`delta_recurrent` (the token
 loop), :func:`delta_chunked` (the WY / UT-transform form of Yang et al. 2024, "Parallelizing
-Linear Transformers with the Delta Rule over Sequence Length": the pseudo-values
+Linear Transformers with the Delta Rule over Sequence Length"; KDA's gate per key channel in
+:func:`kda_chunked`: the pseudo-values
 ``u_t = β_t (v_t − α_t S_{t−1}ᵀ k_t)`` solve the unit lower-triangular system
 ``(I + A) U = diag(β) V − diag(β e^G) K S_0``, ``A_{ti} = β_t L_{ti} k_tᵀ k_i`` (``i < t``), so
 ``U = Ũ − W S_0`` with ``Ũ = T diag(β) V`` and ``W = T diag(β e^G) K``, ``T = (I + A)⁻¹``; blocks
@@ -23,9 +24,11 @@ from attnreg.sequence.tiling import (
     batched,
     block_major,
     by_segments,
-    chunk_decay,
+    channel_decay_matrix,
+    channel_segment,
     decay_matrix,
     decayed,
+    log_of,
     lower_inverse,
 )
 
@@ -57,7 +60,7 @@ def delta_rule(
     ``decay`` as in :func:`linear_attention`, one gate per key channel ``(B, H, T, d_k)``
     included: ``S' = Diag(α_t) S_{t−1}``, Kimi Delta Attention (KDA, Kimi Team 2025, "Kimi
     Linear"; fla's ``naive_recurrent_kda``), the LMS step taken after a per-coordinate weight
-    decay of ``W`` (no chunked form yet: ``mode='fused'`` or ``'recurrent'``).
+    decay of ``W`` (chunked: :func:`kda_chunked`).
     """
     qt, kt, vt, mode = check_qkv_for(mode, q, k, v)
     b = per_token("beta", beta, kt, low=0.0)
@@ -82,8 +85,10 @@ def delta_forms(
     ``scale``."""
     if mode == "fused":
         return fused(q, k, v, alpha, beta, True, scale)
+    if mode == "chunk" and alpha is not None and alpha.ndim == 4:
+        return kda_chunked(scaled(q, scale), k, v, beta, alpha.log()), None
     if mode == "chunk":
-        return delta_chunked(scaled(q, scale), k, v, beta, chunk_decay(alpha)), None
+        return delta_chunked(scaled(q, scale), k, v, beta, log_of(alpha)), None
     return delta_recurrent(scaled(q, scale), k, v, beta, alpha)[0], None
 
 
@@ -195,3 +200,61 @@ def _delta_segment(
     inter = q_read @ torch.stack(entering)
     out = torch.baddbmm(batched(inter), batched(scores), batched(torch.stack(pseudo)))
     return out.view_as(inter), state
+
+
+def kda_chunked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    log_decay: torch.Tensor,
+    chunk: int = DELTA_CHUNK,
+) -> torch.Tensor:
+    """KDA, the delta rule after one decay per key channel, ``S' = Diag(α_t) S_{t−1}``,
+    ``S_t = S' + k_t (β_t (v_t − S'ᵀ k_t))ᵀ``, ``o_t = S_tᵀ q_t`` (``log_decay = log α``
+    ``(B, H, T, d_k)``), by the WY / UT transform in blocks of ``chunk`` tokens. With ``G`` the
+    cumulative log-decays of each block per channel and ``L_{ti,c} = e^{G_{t,c} − G_{i,c}}``,
+    the state entering a block ``S_0`` gives ``S'_t = Diag(e^{G_t}) S_0 + Σ_{i<t} Diag(L_{ti})
+    k_i u_iᵀ``, so the pseudo-values ``u_t`` solve ``(I + A) U = diag(β) (V − (K ⊙ e^G) S_0)``
+    with ``A_{ti} = β_t Σ_c k_{t,c} k_{i,c} L_{ti,c}`` (``i < t``), ``o_t = S_0ᵀ (e^{G_t} ⊙
+    q_t) + Σ_{i≤t} (Σ_c q_{t,c} k_{i,c} L_{ti,c}) u_i`` and the block leaves ``Diag(e^{G_C})
+    S_0 + Σ_i (e^{G_C − G_i} ⊙ k_i) u_iᵀ``: the delta rule's chunked form with the products
+    ``k_tᵀ k_i`` and ``q_tᵀ k_i`` weighted per channel — a ``C × C × d_k`` tensor per block
+    (every exponent ≤ 0: nothing overflows whatever the gates), segments sized by
+    :func:`~attnreg.sequence.tiling.channel_segment`."""
+    check_positive_int("chunk", chunk)
+    state = q.new_zeros(q.shape[0] * q.shape[1], q.shape[-1], v.shape[-1])
+    parts = [block_major(x, chunk) for x in (q, k, v, log_decay)]
+    parts.insert(3, block_major(beta, chunk).unsqueeze(-1))
+    return by_segments(_kda_segment, parts, state, q, channel_segment(k, chunk))
+
+
+def _kda_segment(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bc: torch.Tensor,
+    log_decay: torch.Tensor,
+    state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One segment of :func:`kda_chunked` (block-major ``(n, B·H, C, ·)`` parts, ``bc`` is
+    ``β`` ``(…, C, 1)``) from the entering state; returns its outputs and the state leaving
+    it. As :func:`_delta_segment`, with the per-channel weights ``L``."""
+    g = log_decay.cumsum(-2)
+    weights = channel_decay_matrix(g)  # (n, B·H, C, C, d_k)
+    keys = torch.einsum("...tc,...ic,...tic->...ti", k, k, weights)
+    scores = torch.einsum("...tc,...ic,...tic->...ti", q, k, weights)
+    eye = torch.eye(k.shape[-2], dtype=k.dtype, device=k.device)
+    t_beta = lower_inverse((bc * keys).tril_(-1) + eye) * bc.mT  # T diag(β)
+    growth = g.exp()
+    w, u_local = t_beta @ (k * growth), t_beta @ v
+    last = g[..., -1:, :]
+    k_t = (k * (last - g).exp()).mT
+    block_decay = last.exp().mT  # (n, B·H, d_k, 1): the block's decay of each state row
+    entering, pseudo = [], []
+    for j in range(q.shape[0]):
+        entering.append(state)
+        u = torch.baddbmm(u_local[j], w[j], state, alpha=-1)
+        pseudo.append(u)
+        state = torch.baddbmm(state * block_decay[j], k_t[j], u)
+    return (q * growth) @ torch.stack(entering) + scores @ torch.stack(pseudo), state

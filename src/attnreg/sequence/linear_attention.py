@@ -21,9 +21,10 @@ from attnreg.sequence.tiling import (
     block_major,
     by_segments,
     carry_states,
-    chunk_decay,
+    channel_decay_matrix,
     decay_matrix,
     decayed,
+    log_of,
 )
 
 
@@ -88,7 +89,7 @@ def linear_forms(
     elif mode == "chunk" and alpha is not None and alpha.ndim == 4:
         out = channel_chunked(scaled(q, scale), k, v, alpha.log())
     elif mode == "chunk":
-        out = linear_chunked(scaled(q, scale), k, v, chunk_decay(alpha))
+        out = linear_chunked(scaled(q, scale), k, v, log_of(alpha))
     else:
         out = linear_recurrent(scaled(q, scale), k, v, alpha)[0]
     if normalize:
@@ -201,11 +202,8 @@ def _channel_segment(
     state: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One segment of :func:`channel_chunked` (block-major) from the entering state."""
-    chunk = q.shape[-2]
     g = log_decay.cumsum(-2)  # (n, B·H, C, d_k): log α summed in the block, per channel
-    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
-    diff = (g.unsqueeze(-2) - g.unsqueeze(-3)).masked_fill(~causal[..., None], -torch.inf)
-    scores = (q.unsqueeze(-2) * k.unsqueeze(-3) * diff.exp()).sum(-1)  # (…, C, C)
+    scores = (q.unsqueeze(-2) * k.unsqueeze(-3) * channel_decay_matrix(g)).sum(-1)  # (…, C, C)
     last = g[..., -1:, :]
     writes = (k * (last - g).exp()).mT @ v
     entering, state = carry_states(writes, last.squeeze(-2).exp(), state, dim=0)

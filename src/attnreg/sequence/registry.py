@@ -31,6 +31,7 @@ from attnreg.sequence.generalized_delta import FORMS as GENERALIZED_DELTA_FORMS
 from attnreg.sequence.generalized_delta import generalized_delta_rule
 from attnreg.sequence.linear_attention import linear_attention
 from attnreg.sequence.local_linear import local_linear_attention
+from attnreg.sequence.log_linear import FORMS as LOG_LINEAR_FORMS
 from attnreg.sequence.log_linear import log_linear_attention
 from attnreg.sequence.longhorn import longhorn
 from attnreg.sequence.mesa import mesa
@@ -219,7 +220,6 @@ def _register_all() -> None:
                     "LMS after a per-coordinate weight decay",
                     LMS,
                     "KDA (Kimi Team 2025)",
-                    forms=("fused", "recurrent"),
                 ),
             ),
             (
@@ -228,6 +228,7 @@ def _register_all() -> None:
                     "gated_delta_rule", "naive_recurrent_gated_delta_rule", f"{LAYOUT}; {LOG}"
                 ),
                 FlaReference("kda", "naive_recurrent_kda", f"{LAYOUT}; per-channel {LOG}"),
+                FlaReference("kda", "naive_chunk_kda", f"{LAYOUT}; per-channel {LOG}"),
             ),
             DeltaRuleLayer,
             example=Example(ex.with_step),
@@ -279,6 +280,11 @@ def _register_all() -> None:
                 FlaReference(
                     "generalized_delta_rule/dplr",
                     "dplr_recurrence",
+                    f"fla's alpha, beta → our b, a; per-channel {LOG}; its fixed {SCALE}",
+                ),
+                FlaReference(
+                    "generalized_delta_rule/dplr",
+                    "dplr_chunkwise",
                     f"fla's alpha, beta → our b, a; per-channel {LOG}; its fixed {SCALE}",
                 ),
             ),
@@ -412,7 +418,7 @@ def _register_all() -> None:
         LayerEntry(
             "log_linear_attention",
             log_linear_attention,
-            DIRECT,
+            LOG_LINEAR_FORMS,
             (
                 Reading(
                     "log_linear_attention",

@@ -50,6 +50,24 @@ def decay_matrix(g: torch.Tensor) -> torch.Tensor:
     return (g[..., :, None] - g[..., None, :]).masked_fill_(~causal, -torch.inf).exp()
 
 
+def channel_decay_matrix(g: torch.Tensor) -> torch.Tensor:
+    """``L_{ti,c} = e^{G_{t,c} − G_{i,c}}`` for ``i ≤ t``, 0 above, one decay per key channel
+    (``g (…, C, d_k)`` -> ``(…, C, C, d_k)``; every exponent ≤ 0)."""
+    chunk = g.shape[-2]
+    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=g.device).tril()
+    diff = g.unsqueeze(-2) - g.unsqueeze(-3)
+    return diff.masked_fill_(~causal[..., None], -torch.inf).exp()
+
+
+def channel_segment(like: torch.Tensor, chunk: int) -> int:
+    """The segment (in tokens, whole blocks, at most ``SEGMENT``) of a form whose blocks hold
+    ``C × C × d_k`` weights (:func:`channel_decay_matrix`) for inputs like ``like``
+    ``(B, H, T, d_k)``: about ``SEGMENT_BYTES`` of them per tensor."""
+    b, h, _, d_k = like.shape
+    per_block = b * h * chunk * chunk * d_k * like.element_size()
+    return chunk * max(1, min(SEGMENT // chunk, SEGMENT_BYTES // per_block))
+
+
 def block_major(x: torch.Tensor, chunk: int) -> torch.Tensor:
     """``(B, H, T, …) -> (N, B·H, C, …)`` (zero-padded blocks, block axis first): a view of a
     contiguous ``x``, whose slices along the block axis :func:`by_segments` copies to
@@ -126,18 +144,6 @@ def lower_inverse(low: torch.Tensor) -> torch.Tensor:
     out[..., half:, half:] = second
     out[..., half:, :half] = -(second @ (low[..., half:, :half] @ first))
     return out
-
-
-def chunk_decay(alpha: torch.Tensor | None) -> torch.Tensor | None:
-    """The log-decays of a chunked form that takes one decay per token (the delta rule's WY
-    form: per-channel decays, KDA, have no chunked form yet — a ``ValueError`` naming
-    ``mode``)."""
-    if alpha is not None and alpha.ndim == 4:
-        raise ValueError(
-            "mode: the chunked form takes one decay per token; per-channel decays "
-            "(B, H, T, d_k) run in mode='fused' (CPU) or mode='recurrent'"
-        )
-    return log_of(alpha)
 
 
 def log_of(alpha: torch.Tensor | None) -> torch.Tensor | None:
