@@ -440,7 +440,10 @@ def test_vladymyrovs_cells_below_the_regime_get_no_verdict_and_the_others_are_ju
         assert claim.unmet() == ["σ_max = 1, L = 5", "σ_max = 3, L = 7"]
         assert len(claim.judged()) == 4
         assert "No verdict on σ_max = 1, L = 5; σ_max = 3, L = 7: their runs" in claim.why()
-        assert "converged in 5 and the stack is below ConstRR in 5" in claim.regime.run
+        assert (
+            "at depth ≥ 5, every seed converged in 5 and the stack is below ConstRR in 5"
+            in claim.regime.run
+        )
 
 
 def test_noise_claims_quote_the_sources_with_a_sourced_threshold():

@@ -125,8 +125,11 @@ def test_a_regime_met_in_some_cases_judges_those_only():
     assert held.verdict() == HOLDS and held.judged() == ["a"] and held.unmet() == ["b"]
     assert "No verdict on b" in held.why() and "a plateau" in held.why()
     assert held.row()["regime_unmet"] == ["b"]
+    assert held.number() == "a: 0.5; b: 2 (below the regime)"
+    assert held.why().startswith("Every case in the paper's regime (1) meets the threshold")
     failed = cells({"a": 1.5, "b": 0.5}, ("b",))
-    assert failed.verdict() == FAILS and failed.why().startswith("Contradicted")
+    assert failed.verdict() == FAILS
+    assert failed.why().startswith("Contradicted: none of the 1 cases in the paper's regime")
     part = cells({"a": 0.5, "b": 0.5, "c": 1.5}, ("b",))
     assert part.verdict() == PARTIAL and part.verdict_text() == "partial 1 of 2"
     assert part.why().startswith("Contradicted on c; holds on a")

@@ -363,10 +363,10 @@ for row in [] if record is None else record["claims"]:
 # Bayes-optimal ridge bounds every stack from below. Under mixed noise levels this page's
 # small stack (3 layers, 600 steps) trails TunedRR by the excess printed above. The paper's
 # regime — DIAG stacks of 3 to 7 layers, D = 10, N = 20, σ_max ∈ {1, 3, 5}, three seeds, trained
-# in float64 — is the full profile (`attnreg depth --full --set parts='["mixed"]'`); a committed
-# full-scale record, when there is one, is printed above and stands in the
-# [claims ledger](../claims.html). None is committed yet: the full profile's training has not
-# converged in every σ_max and seed, so the claim keeps no verdict.
+# in float64 — is the full profile (`attnreg depth --full --set parts='["mixed"]'`); its
+# committed record is printed above and stands in the [claims ledger](../claims.html). It
+# judges each (σ_max, depth ≥ 5) cell whose three seeds converged and whose stack is below
+# ConstRR, and names the others as below the regime (no verdict on them).
 # `attnreg depth --quick` runs all three parts at a larger scale, with figures and a summary.
 
 # %%

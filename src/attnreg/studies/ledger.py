@@ -216,13 +216,15 @@ class Claim:
 
     def _judged_why(self, verdict: str, origin: str) -> str:
         judged = self.judged()
+        within = " in the paper's regime" if self.unmet() else ""
         if verdict == FAILS:
-            return f"Contradicted: no case meets the threshold ({origin})."
+            none = f"none of the {len(judged)} cases{within}" if within else "no case"
+            return f"Contradicted: {none} meets the threshold ({origin})."
         if verdict == PARTIAL:
             good = self.passing()
             bad = [c for c in judged if c not in good]
             return f"Contradicted on {', '.join(bad)}; holds on {', '.join(good)} ({origin})."
-        cases = "" if judged == [""] else f"every case ({len(judged)}) "
+        cases = "" if judged == [""] else f"every case{within} ({len(judged)}) "
         head = f"{cases}meets the threshold ({origin})".strip()
         head = head[0].upper() + head[1:]
         if verdict == CONDITIONAL:
@@ -242,13 +244,16 @@ class Claim:
 
     def number(self) -> str:
         """The measured numbers, with ± their standard errors, each shown with enough digits to
-        differ from the threshold."""
+        differ from the threshold; a case below the claim's regime is marked as such."""
         limit = self.threshold.limit if self.threshold is not None else math.nan
+        unmet = self.unmet()
         parts = []
         for case, v in self.values.items():
             text = format_against(v, limit) if math.isfinite(limit) else f"{v:.3g}"
             if case in self.errors and math.isfinite(self.errors[case]):
                 text += f" ± {self.errors[case]:.2g}"
+            if case in unmet:
+                text += " (below the regime)"
             parts.append((f"{case}: " if case else "") + text)
         return "; ".join(parts)
 

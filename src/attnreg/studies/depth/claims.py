@@ -407,6 +407,7 @@ def vladymyrov_claim(rows: list[dict[str, Any]]) -> Claim | None:
     if not match:
         return None
     deep = [r for r in match if r["layers"] >= 5] or match
+    at = " at depth ≥ 5" if deep is not match else ""
     depths = sorted({r["layers"] for r in match})
     smax = sorted({r["sigma_max"] for r in match})
     seeds, d, n, steps = (match[0][k] for k in ("seeds", "d", "n_ctx", "steps"))
@@ -449,7 +450,7 @@ def vladymyrov_claim(rows: list[dict[str, Any]]) -> Claim | None:
             VLADYMYROV_REGIME,
             f"linear-attention stacks of {depths} layers, {model}, in "
             f"{match[0].get('dtype', 'float32')}, D = {d}, N = {n}, σ_max ∈ {smax}, {seeds} "
-            f"seed(s), {steps} Adam steps{grown}; of the {len(deep)} cells judged, every seed "
+            f"seed(s), {steps} Adam steps{grown}; of the {len(deep)} cells{at}, every seed "
             f"converged in {len(conv)} and the stack is below ConstRR in {len(beats)}",
             met,
             "" if met and not unmet else needed,
