@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from attnreg.cli import app
 from attnreg.constructions import LSAStack, OLSTransformer
 from attnreg.data.tasks import von_oswald_tasks
-from attnreg.estimators import Ridge
+from attnreg.estimators import MiniBatchLMS, MomentumLMS, MultiStepLMS, Ridge
 from attnreg.explaining import FAMILIES, agreement, explain
 from attnreg.training import generator
 
@@ -48,6 +48,29 @@ def test_preconditioned_layer_and_ridge_are_recovered() -> None:
     ridge = explain(Ridge(2.0), _tasks(seed=3), families=("OLS", "GD", "ridge"))
     assert ridge.best == "ridge"
     assert ridge.fit("ridge").params["lam"] == pytest.approx(2.0, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("estimator", "family", "params"),
+    [
+        (MomentumLMS(0.05, 0.5), "momentum LMS", {"beta": 0.05, "momentum": 0.5}),
+        (MiniBatchLMS(0.25, 4), "mini-batch LMS", {"eta": 0.25, "batch_size": 4}),
+        (MiniBatchLMS(0.2, 8), "mini-batch LMS", {"eta": 0.2, "batch_size": 8}),
+        (MultiStepLMS(0.5, 3), "multi-step LMS", {"beta": 0.5, "steps": 3}),
+    ],
+)
+def test_each_lms_variant_is_recovered_with_its_parameters(estimator, family, params) -> None:
+    """Momentum, mini-batch and multi-step LMS come out as their own family, not plain LMS,
+    with the parameters they were built with (the discrete one exactly, the step to the
+    search's tolerance); the steps are large enough (``β ‖x‖²`` up to 0.9) that plain LMS, whose
+    R² is also reported, is measurably worse."""
+    families = ("LMS", "momentum LMS", "mini-batch LMS", "multi-step LMS")
+    ex = explain(estimator, _tasks(200, seed=4), families=families)
+    assert ex.best == family
+    fit = ex.fit(family)
+    assert fit.r2 == pytest.approx(1.0, abs=1e-9) and ex.fit("LMS").r2 < 1 - 1e-6
+    for name, value in params.items():
+        assert fit.params[name] == pytest.approx(value, rel=1e-4)
 
 
 def test_agreement_against_numpy() -> None:

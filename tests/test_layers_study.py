@@ -107,6 +107,28 @@ def test_explain_names_lms_for_deltanet_with_identity_projections():
     assert abs(fit.params["beta"] - beta) / beta < 0.02
 
 
+@pytest.mark.parametrize(
+    ("kind", "scalar", "family", "params"),
+    [
+        ("momentum", 0.3, "momentum LMS", {"beta": 0.3, "momentum": 0.5}),
+        ("minibatch", 0.4, "mini-batch LMS", {"eta": 0.4, "batch_size": 4}),
+        ("multistep", 2.0, "multi-step LMS", {"beta": 2.0, "steps": 2}),
+    ],
+)
+def test_explain_names_the_lms_variant_of_each_2025_layer(kind, scalar, family, params):
+    """With identity projections the momentum delta rule (μ at its start, 0.5), TTT-Linear in
+    batches of 4 and DeltaProduct on two copies of each pair are named momentum, mini-batch and
+    multi-step LMS, with the layer's own scalars."""
+    layer = _layer(kind, 4, scalar=scalar)
+    assert layer.momentum() == (0.5 if kind == "momentum" else None)
+    ex = explain(as_predictor(layer), _tasks(6))
+    assert ex.best == family
+    fit = ex.fit(family)
+    assert fit.r2 > 1 - 1e-8
+    for name, value in params.items():
+        assert fit.params[name] == pytest.approx(value, rel=0.02)
+
+
 def test_explain_names_ridge_for_mesa_and_the_kernel_smoother_for_softmax():
     mesa = _layer("mesa", 4, scalar=0.5)
     ex = explain(as_predictor(mesa), _tasks(4))

@@ -70,8 +70,6 @@ ALLOWED: dict[str, str] = {
     "memory/classical.py": "the asynchronous dense-associative-memory sweep updates the "
     "overlaps one coordinate at a time (the core's step is synchronous)",
     "constructions/mesa.py": "Sherman–Morrison updates of a d × d inverse",
-    "models/diag_moments.py": "the diag LSA variant from its d × d context moments Xᵀ X / N, "
-    "Xᵀ Y / N, Yᵀ Y / N (a training loop's fast path; tested against the core's two-head path)",
     "studies/depth/iterates.py": "the reference iterations (GD, preconditioned GD, "
     "Newton–Schulz) in closed form: d × d iterates applied to the queries",
     "constructions/newton.py": "Newton's start α = 2/‖S Sᵀ‖_F of the d × d Gram S = XᵀX + λI",

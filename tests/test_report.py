@@ -237,26 +237,26 @@ def _expected_verdict(claim):
     finite = [v for v in claim["values"].values() if math.isfinite(v)]
     if untestable or not finite or claim["threshold"] is None:
         return "not testable"
-    if claim["regime_met"] is False:
+    judged = [v for c, v in claim["values"].items() if c not in claim.get("regime_unmet", [])]
+    if claim["regime_met"] is False or not judged:
         return "no verdict: reduced scale"
     limit = claim["threshold"]
-    ok = [
-        math.isfinite(v) and (v <= limit if claim["op"] == "<=" else v >= limit)
-        for v in claim["values"].values()
-    ]
+    ok = [math.isfinite(v) and (v <= limit if claim["op"] == "<=" else v >= limit) for v in judged]
     if all(ok):
         return "conditional" if ", on condition: " in claim["why"] else "holds"
     return "partial" if any(ok) else "does not hold"
 
 
 def test_the_first_section_is_the_claims_ledger_with_verdicts_from_the_numbers(full_report):
-    """The page opens with the ledger; every stored claim's verdict is what its numbers give
-    against its threshold (recomputed here), and each appears in the ledger with its verdict,
-    its reason and its colour class."""
+    """The page opens with the ledger; every stored claim's verdict — with the committed
+    full-scale verdicts read in, as the page shows them — is what its numbers give against its
+    threshold (recomputed here, the cases below a regime left out), and each appears in the
+    ledger with its verdict, its reason and its colour class."""
     import re
 
     from markupsafe import escape
 
+    from attnreg.stored import claim_rows
     from attnreg.studies.ledger import LEDGER_KEY, verdict_class
 
     out, page = full_report
@@ -268,11 +268,10 @@ def test_the_first_section_is_the_claims_ledger_with_verdicts_from_the_numbers(f
         cells = list(store.cells())
     with_claims = set()
     for cell in cells:
-        table = cell.summary.get(LEDGER_KEY)
-        if table is None:
+        if cell.summary.get(LEDGER_KEY) is None:
             continue
         with_claims.add(cell.study)
-        for claim in table["claims"]:
+        for claim in claim_rows(cell):
             assert claim["verdict"] == _expected_verdict(claim), claim
             assert str(escape(claim["why"])) in ledger, claim["why"]
             assert str(escape(claim["verdict_text"])) in ledger, claim["verdict_text"]

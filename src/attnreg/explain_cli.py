@@ -191,7 +191,8 @@ def explain_command(
     ),
 ) -> None:
     """Fit every estimator family (OLS, GD(η), ridge(λ), kernel smoother(β), LMS(β),
-    GD++(η, γ), local linear(β, λ), preconditioned GD(Γ)) to the predictions of a trained layer
+    GD++(η, γ), local linear(β, λ), momentum LMS(β, μ), mini-batch LMS(η, b), multi-step
+    LMS(β, s), preconditioned GD(Γ)) to the predictions of a trained layer
     on held-out tasks; report each family's best parameter, R² and cosine agreement, and the
     family that explains it best (or that none does)."""
     try:

@@ -22,12 +22,17 @@ LMS                β (step)            bounded Brent search on log β, up to th
                                        ``β ≤ 2 / max ‖x_i‖²``
 GD++               (η, γ)              Nelder–Mead on (log η, γ ≥ 0), from the GD fit
 local linear       (β, λ)              a 5 × 5 grid, then Nelder–Mead on (log β, log λ)
+momentum LMS       (β, μ)              μ from a grid (0 to 0.9), β by Brent on log β
+mini-batch LMS     (η, batch size b)   b from (2, 4, 8, 16), η by Brent on log η
+multi-step LMS     (β, steps s)        s from (2, 3, 4), β by Brent on log β
 preconditioned GD  Γ (d × d), η = 1    linear least squares for K = 1; L-BFGS otherwise
 =================  ==================  =====================================================
 
 The kernel smoother is the Nadaraya–Watson smoother ``softmax(β x*ᵀ X) Y`` (``1/β`` plays the
 bandwidth); LMS (one online pass, the delta rule) and local linear regression are the online
-and local estimators of the causal sequence layers (Wang, Shi & Fox 2025).
+and local estimators of the causal sequence layers (Wang, Shi & Fox 2025); momentum, mini-batch
+and multi-step LMS (:mod:`attnreg.estimators.lms_variants`) those of the momentum delta rule
+and Titans, TTT-Linear and DeltaProduct.
 
 The same fitting serves the ``icl`` study, which fits each family to the *true* query targets
 (the line-searched GD η, the fitted GD++ (η, γ), the fitted Γ).

@@ -24,6 +24,9 @@ from attnreg.estimators import (
     GDPlusPlus,
     KernelSmoother,
     LocalLinear,
+    MiniBatchLMS,
+    MomentumLMS,
+    MultiStepLMS,
     PreconditionedGD,
     Predictor,
     Ridge,
@@ -38,8 +41,18 @@ FAMILIES = (
     "LMS",
     "GD++",
     "local linear",
+    "momentum LMS",
+    "mini-batch LMS",
+    "multi-step LMS",
     "preconditioned GD",
 )
+
+MOMENTA = (0.0, 0.25, 0.5, 0.75, 0.9)
+"""The momenta μ a momentum-LMS fit tries (each with its best step β)."""
+BATCH_SIZES = (2, 4, 8, 16)
+"""The batch sizes a mini-batch-LMS fit tries (each with its best rate η)."""
+STEP_COUNTS = (2, 3, 4)
+"""The steps per pair a multi-step-LMS fit tries (each with its best step β)."""
 
 
 @dataclass
@@ -163,6 +176,8 @@ def fit_family(
             lambda lb: _mse_of(LMS(math.exp(lb)), xc, yc, xq, t), hi - math.log(1e4), hi
         )
         predictor, params = LMS(math.exp(log_beta)), {"beta": math.exp(log_beta)}
+    elif family in ("momentum LMS", "mini-batch LMS", "multi-step LMS"):
+        predictor, params = _fit_online(family, xc, yc, xq, t)
     elif family == "local linear":
         beta, lam = _fit_local_linear(xc, yc, xq, t, scale)
         predictor, params = LocalLinear(beta, lam), {"beta": beta, "lam": lam}
@@ -198,6 +213,48 @@ def fit_family(
         pred = predictor.predict(xc, yc, xq)
     r2, cos, mse = agreement(pred, t)
     return FamilyFit(family, params, r2, cos, mse, predictor)
+
+
+def _fit_online(
+    family: str, xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor, t: torch.Tensor
+) -> tuple[Predictor, dict[str, Any]]:
+    """The LMS variant of ``family`` closest to ``t``: for each value of its discrete or
+    second parameter (:data:`MOMENTA`, :data:`BATCH_SIZES`, :data:`STEP_COUNTS`) the step by a
+    bounded Brent search on its log over four decades below one pair's stable limit
+    ``2 / max ‖x_i‖²`` (heavy ball: ``2 (1 + μ) / max ‖x_i‖²``; a step that diverges scores
+    as the worst), and the best of those."""
+    top = float(xc.pow(2).sum(-1).max())
+
+    def make(option: float, step: float) -> Predictor:
+        if family == "momentum LMS":
+            return MomentumLMS(step, option)
+        if family == "mini-batch LMS":
+            return MiniBatchLMS(step, int(option))
+        return MultiStepLMS(step, int(option))
+
+    def limit(option: float) -> float:
+        return 2.0 * (1.0 + option) / top if family == "momentum LMS" else 2.0 / top
+
+    options = {"momentum LMS": MOMENTA, "mini-batch LMS": BATCH_SIZES}.get(family, STEP_COUNTS)
+    best: tuple[float, float, float] | None = None
+    for option in options:
+        hi = math.log(limit(option))
+
+        def loss_at(log_step: float, option: float = option) -> float:
+            return _mse_of(make(option, math.exp(log_step)), xc, yc, xq, t)
+
+        log_step = _search(loss_at, hi - math.log(1e4), hi)
+        loss = _mse_of(make(option, math.exp(log_step)), xc, yc, xq, t)
+        if best is None or loss < best[0]:
+            best = (loss, option, math.exp(log_step))
+    assert best is not None
+    _, option, step = best
+    names = {
+        "momentum LMS": {"beta": step, "momentum": option},
+        "mini-batch LMS": {"eta": step, "batch_size": int(option)},
+        "multi-step LMS": {"beta": step, "steps": int(option)},
+    }
+    return make(option, step), names[family]
 
 
 def _fit_local_linear(

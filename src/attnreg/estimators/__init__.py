@@ -20,6 +20,7 @@ from attnreg.estimators.gradient import (
 )
 from attnreg.estimators.kernel import KernelSmoother, LocalLinear
 from attnreg.estimators.least_squares import OLS, Predictor, Ridge, ZeroPredictor
+from attnreg.estimators.lms_variants import MiniBatchLMS, MomentumLMS, MultiStepLMS
 from attnreg.estimators.online import LMS, RECURRENT_BELOW, Mesa, causal_ridge
 
 __all__ = [
@@ -31,6 +32,9 @@ __all__ = [
     "KernelSmoother",
     "LocalLinear",
     "Mesa",
+    "MiniBatchLMS",
+    "MomentumLMS",
+    "MultiStepLMS",
     "PreconditionedGD",
     "Predictor",
     "Ridge",

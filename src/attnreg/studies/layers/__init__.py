@@ -19,11 +19,13 @@ SPEC = StudySpec(
     full=full_config,
     runner="attnreg.studies.layers.run:run",
     help="What each causal sequence layer learns in context: linear attention, DeltaNet, "
-    "Longhorn, Mesa, softmax and local linear attention, each trained on in-context regression "
-    "tasks (clean, and noisy ill-conditioned) and read out at every position; explain names the "
-    "estimator each computes (GD, LMS, ridge, kernel smoother, local linear) with its fitted "
-    "parameter and R²; and recall of stored pairs against N/d for correlated keys (linear "
-    "attention vs DeltaNet vs Mesa).",
+    "Longhorn, Mesa, softmax and local linear attention, the momentum delta rule, TTT-Linear "
+    "and DeltaProduct (with --full also Comba, the generalized delta rule, Titans, log-linear, "
+    "forgetting and stick-breaking attention), each trained on in-context regression tasks "
+    "(clean, and noisy ill-conditioned) and read out at every position; explain names the "
+    "estimator each computes (GD, LMS, ridge, kernel smoother, local linear, momentum, "
+    "mini-batch and multi-step LMS) with its fitted parameters and R²; and recall of stored "
+    "pairs against N/d for correlated keys (linear attention vs DeltaNet vs Mesa).",
     ledger=True,
     title="layers — what each sequence layer learns in context",
     extras=(

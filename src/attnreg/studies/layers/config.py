@@ -23,7 +23,20 @@ LAYERS = {
     "mesa": "Mesa (causal ridge, learned λ)",
     "softmax": "softmax attention",
     "local_linear": "local linear attention (learned λ)",
+    "momentum": "momentum delta rule (heavy-ball LMS, learned β and μ)",
+    "minibatch": "TTT-Linear (mini-batch LMS in batches of 4, learned η)",
+    "multistep": "DeltaProduct (two LMS steps per pair, learned β)",
 }
+REGISTERED_DEFAULTS = (
+    "comba",
+    "generalized_delta_rule",
+    "titans",
+    "log_linear_attention",
+    "forgetting_attention",
+    "stick_breaking_attention",
+)
+"""The registered layers the full profile trains beside :data:`LAYERS` (at their examples'
+arguments): with them every layer of the 2025 family is trained once."""
 TASK_KINDS = ("clean", "noisy")
 
 
@@ -45,14 +58,16 @@ class LayersConfig:
     Gaussian inputs with a covariance of condition number ``condition`` (the same trace) and
     label noise ``noise_std``. Each layer of ``layers`` is trained for ``steps`` Adam steps on
     fresh batches of ``batch`` tasks (``layers``: keys of :data:`LAYERS`, or the name of any
-    other registered sequence layer, :func:`layer_choices`). Memory: ``memory_d``-dimensional
-    unit keys with pairwise correlation ρ ∈ ``memory_rhos``, ``N = r·memory_d`` pairs for r ∈
-    ``memory_ratios``, ``memory_trials`` draws each; a pair is recalled when its relative
-    squared error is at most ``recall_eps``. The multi-pass DeltaNet writes the pairs until its
-    largest relative residual is at most ``memory_tol``, it reaches no new lowest in
-    ``memory_stall`` passes, or ``memory_passes`` passes (the cap). Checks: Mesa's largest
-    relative squared error at ``N ≤ d`` at most ``max_mesa_error``; each trained layer's best
-    family's held-out R² at least ``min_r2`` (clean tasks)."""
+    other registered sequence layer, :func:`layer_choices`; default every key of
+    :data:`LAYERS`, and in the full profile :data:`REGISTERED_DEFAULTS` too). Memory:
+    ``memory_d``-dimensional unit keys with pairwise correlation ρ ∈ ``memory_rhos``,
+    ``N = r·memory_d`` pairs for r ∈ ``memory_ratios``, ``memory_trials`` draws each; a pair
+    is recalled when its relative squared error is at most ``recall_eps``. The multi-pass
+    DeltaNet writes the pairs until its largest relative residual is at most ``memory_tol``, it
+    reaches no new lowest in ``memory_stall`` passes, or ``memory_passes`` passes (the cap).
+    Checks: Mesa's largest relative squared error at ``N ≤ d`` at most ``max_mesa_error``; each
+    of the study's own trained layers' (:data:`LAYERS`) best family's held-out R² at least
+    ``min_r2`` (clean tasks)."""
 
     seed: int = 0
     d: int = 5
@@ -149,8 +164,10 @@ def quick_config(**changes: Any) -> LayersConfig:
 
 
 def full_config(**changes: Any) -> LayersConfig:
-    """The full profile: larger d and context, longer training, more tasks and trials."""
+    """The full profile: larger d and context, longer training, more tasks and trials, and the
+    registered layers of :data:`REGISTERED_DEFAULTS` trained beside the study's own."""
     base: dict[str, Any] = {
+        "layers": [*LAYERS, *REGISTERED_DEFAULTS],
         "d": 10,
         "n_ctx": 40,
         "batch": 1024,

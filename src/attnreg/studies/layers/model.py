@@ -12,23 +12,31 @@ it stays at :data:`LOCAL_LINEAR_LAM`. ``W_Q``, ``W_K`` start at the identity plu
 ``N(0, init_noise²)`` noise. Any other registered layer (:data:`attnreg.sequence.registry.
 REGISTRY`, :func:`registered_layers`) trains ``W_Q``, ``W_K`` alone, its own arguments — steps,
 gates, decays — drawn by its :class:`~attnreg.sequence.registry.Example` from the model's seed
-(the same numbers at every call of one shape), not learned.
+(the same numbers at every call of one shape), not learned. The 2025 layers the study gives
+scalars of their own: the momentum delta rule (``p = k``, ``η = 1``; learned step β and
+momentum μ, the sigmoid of a free parameter), TTT-Linear without its LayerNorm (batches of
+:data:`MINIBATCH`, learned rate η) and DeltaProduct on :data:`STEPS` copies of each pair
+(learned β): momentum, mini-batch and multi-step LMS.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from attnreg.sequence import (
+    delta_product,
     delta_rule,
     linear_attention,
     local_linear_attention,
     longhorn,
     mesa,
+    momentum_delta_rule,
     softmax_attention,
+    ttt_linear,
 )
 
 REGISTERED_AS = {
@@ -38,6 +46,9 @@ REGISTERED_AS = {
     "mesa": "mesa",
     "softmax": "softmax_attention",
     "local_linear": "local_linear_attention",
+    "momentum": "momentum_delta_rule",
+    "minibatch": "ttt_linear",
+    "multistep": "delta_product",
 }
 """The registered layer (``attnreg.sequence.registry``) each of the study's own layers
 (``attnreg.studies.layers.config.LAYERS``) is."""
@@ -59,7 +70,11 @@ def registered_layers() -> dict[str, str]:
     return out
 
 
-SCALAR = {"delta": 0.5, "longhorn": 1.0, "mesa": 0.1}  # initial values of the learned scalars
+SCALAR = {"delta": 0.5, "longhorn": 1.0, "mesa": 0.1, "momentum": 0.25, "minibatch": 0.25}
+SCALAR["multistep"] = 0.25  # the initial values of the learned scalars (β, λ or η)
+MOMENTUM = 0.5  # the momentum layer's initial μ (the sigmoid of a free parameter)
+MINIBATCH = 4  # the mini-batch layer's batch size
+STEPS = 2  # the multi-step layer's steps per pair
 LOCAL_LINEAR_LAM = 0.1
 
 
@@ -81,10 +96,17 @@ class InContextLayer(nn.Module):
         self.w_k = nn.Parameter(eye + init_noise * torch.randn(d, d, generator=gen))
         start = SCALAR.get(kind)
         self.raw = None if start is None else nn.Parameter(torch.tensor(_softplus_inverse(start)))
+        mu = math.log(MOMENTUM / (1 - MOMENTUM))
+        self.raw_mu = nn.Parameter(torch.tensor(mu)) if kind == "momentum" else None
 
     def scalar(self) -> float | None:
-        """The learned β (DeltaNet, Longhorn) or λ (Mesa), else ``None``."""
+        """The learned β (DeltaNet, Longhorn, the momentum and multi-step layers), λ (Mesa) or
+        η (the mini-batch layer), else ``None``."""
         return None if self.raw is None else float(nn.functional.softplus(self.raw.detach()))
+
+    def momentum(self) -> float | None:
+        """The momentum layer's learned μ, else ``None``."""
+        return None if self.raw_mu is None else float(torch.sigmoid(self.raw_mu.detach()))
 
     def layer(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """The sequence layer on ``(B, H, T, ·)`` inputs, in its default form (the fused
@@ -102,6 +124,15 @@ class InContextLayer(nn.Module):
             return softmax_attention(q, k, v)
         if self.kind == "local_linear":
             return local_linear_attention(q, k, v, lam=LOCAL_LINEAR_LAM)
+        if self.kind == "momentum":
+            assert self.raw_mu is not None
+            mu = torch.sigmoid(self.raw_mu).to(q.dtype)
+            return momentum_delta_rule(q, k, v, k, s, 1.0, momentum=mu)
+        if self.kind == "minibatch":
+            return ttt_linear(q, k, v, s, batch_size=MINIBATCH)
+        if self.kind == "multistep":
+            keys = k.unsqueeze(3).expand(*k.shape[:3], STEPS, k.shape[-1])
+            return delta_product(q, keys, v.unsqueeze(3).expand(*v.shape[:3], STEPS, -1), s)
         return self._registered(q, k, v)
 
     def _registered(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

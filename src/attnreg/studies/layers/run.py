@@ -169,6 +169,7 @@ def trained_section(cfg: LayersConfig, progress: Progress) -> Section:
                     "layer": layer,
                     "description": descriptions[layer],
                     "learned": model.scalar(),
+                    "learned_momentum": model.momentum(),
                     "loss_last": float(losses[-1]),
                     "loss_mean": float(losses.mean()),
                     "optimal": optimal_name,

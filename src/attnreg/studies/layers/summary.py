@@ -11,7 +11,7 @@ import numpy as np
 
 from attnreg.studies.answers import summary_table
 from attnreg.studies.layers.claims import WANG, WANG_CORRELATIONS
-from attnreg.studies.layers.config import LayersConfig
+from attnreg.studies.layers.config import LAYERS, LayersConfig
 from attnreg.studies.layers.memory import CONVERGED, capacity, memories
 from attnreg.studies.ledger import CONDITIONAL, HOLDS, Claim
 from attnreg.studies.paired import paired_z
@@ -55,13 +55,14 @@ def lead(claims: list[Claim], named: int, trained: int, cfg: LayersConfig) -> st
 def trained_summary(
     cfg: LayersConfig, layer_rows: list[dict[str, Any]]
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The trained-layer table, and a check per clean layer (its best family's held-out R² ≥
-    ``cfg.min_r2``); ``layer_rows`` are the rows ``kind="layer"``."""
+    """The trained-layer table, and a check per clean layer of the study's own
+    (:data:`~attnreg.studies.layers.config.LAYERS`: its best family's held-out R² ≥
+    ``cfg.min_r2``; a registered layer at its example's arguments — random per-token gates and
+    steps — is measured, not checked); ``layer_rows`` are the rows ``kind="layer"``."""
     checks = []
     table = []
     for r in layer_rows:
-        symbol = "β" if r["layer"] in ("delta", "longhorn") else "λ"
-        learned = "" if r["learned"] is None else f"{symbol} = {r['learned']:.3g}"
+        learned = _learned(r)
         table.append(
             [
                 r["tasks"],
@@ -74,7 +75,7 @@ def trained_summary(
                 f"{r['optimal']}: {r['optimal_loss_last']:.4g}",
             ]
         )
-        if r["tasks"] == "clean":
+        if r["tasks"] == "clean" and r["layer"] in LAYERS:
             checks.append(
                 check(
                     f"clean {r['layer']}: best family's held-out R²", r["best_r2"], ">=", cfg.min_r2
@@ -142,3 +143,17 @@ def memory_summary(
         )
     ]
     return {"memory: pairs recalled against N/d": table_answer}, checks
+
+
+SYMBOL = {"mesa": "λ", "minibatch": "η"}
+"""The learned scalar's symbol where it is not a step β."""
+
+
+def _learned(row: dict[str, Any]) -> str:
+    """``"β = 0.78"``, ``"β = 0.4, μ = 0.51"``: the layer's learned scalars, or ``""``."""
+    if row["learned"] is None:
+        return ""
+    text = f"{SYMBOL.get(row['layer'], 'β')} = {row['learned']:.3g}"
+    if row.get("learned_momentum") is not None:
+        text += f", μ = {row['learned_momentum']:.3g}"
+    return text
