@@ -89,12 +89,7 @@ def log_linear_recurrent(
         for level, s in states.items():
             out = out + lam[:, :, t, level, None] * torch.einsum("bhk,bhkv->bhv", qt, s)
         outs.append(out)
-        carry = kt[..., None] * vt[..., None, :]
-        level = 1
-        while t >> (level - 1) & 1:
-            carry = carry + states.pop(level)
-            level += 1
-        states[level] = carry
+        carry_in(states, t, kt[..., None] * vt[..., None, :])
     return torch.stack(outs, dim=2)
 
 
@@ -140,13 +135,20 @@ def log_linear_chunked(
         outs.append(out)
         if block_decay is not None:
             states = {level: s * block_decay for level, s in states.items()}
-        carry = k_write.mT @ vn
-        level = 1
-        while n >> (level - 1) & 1:
-            carry = carry + states.pop(level)
-            level += 1
-        states[level] = carry
+        carry_in(states, n, k_write.mT @ vn)
     return unblock(torch.stack(outs, dim=2), t_len)
+
+
+def carry_in(states: dict[int, torch.Tensor], position: int, write: torch.Tensor) -> None:
+    """The Fenwick segments' binary counter, in place: after ``position`` (a token, or a
+    block) its ``write`` joins the states of the levels where ``position`` has one bits below
+    its lowest zero bit, and the sum becomes the state of that zero bit's level (level ``b + 1``
+    for bit ``b``); the levels above keep theirs."""
+    level = 1
+    while position >> (level - 1) & 1:
+        write = write + states.pop(level)
+        level += 1
+    states[level] = write
 
 
 def _fenwick_levels(t_len: int, device: torch.device | None = None) -> torch.Tensor:
