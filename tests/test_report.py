@@ -295,9 +295,10 @@ LEDGER_JSON_KEYS = {
 
 
 def test_report_writes_ledger_json_matching_the_page(full_report):
-    """``ledger.json`` beside ``index.html``: one object per stored claim with the issue's keys,
-    its totals those of its rows, and the page's ledger opens with the same totals and shows
-    one coloured row per claim, as many of each verdict as the file counts."""
+    """``ledger.json`` beside ``index.html``: strict JSON (no NaN or Infinity), one object per
+    stored claim with the issue's keys, its totals those of its rows, and the page's ledger
+    opens with the same totals and shows one coloured row per claim, as many of each verdict as
+    the file counts."""
     import json
     import re
 
@@ -305,8 +306,11 @@ def test_report_writes_ledger_json_matching_the_page(full_report):
 
     from attnreg.studies.ledger import LEDGER_KEY, VERDICTS, totals, totals_text, verdict_class
 
+    def no_constant(name: str) -> None:
+        raise AssertionError(f"ledger.json is not strict JSON: it holds {name}")
+
     out, page = full_report
-    data = json.loads((out / "ledger.json").read_text(encoding="utf-8"))
+    data = json.loads((out / "ledger.json").read_text(encoding="utf-8"), parse_constant=no_constant)
     claims = data["claims"]
     with ResultsStore(out / "results.db") as store:
         stored = [

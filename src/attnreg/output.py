@@ -21,6 +21,16 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def strict_json(value: Any) -> Any:
+    """``value`` with every non-finite float, at any depth of its dicts and lists, as ``None``
+    (and numpy/torch scalars as numbers): what strict JSON, which has no NaN, can hold."""
+    if isinstance(value, Mapping):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(v) for v in value]
+    return _clean(value)
+
+
 def rows_to_json(rows: Iterable[Mapping[str, Any]]) -> str:
     """A JSON list of objects (NaN/Inf become null, numpy/torch scalars become numbers)."""
     return json.dumps([{k: _clean(v) for k, v in row.items()} for row in rows], indent=2)

@@ -17,6 +17,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from attnreg import __version__
+from attnreg.output import strict_json
 from attnreg.runs.record import CellResult
 from attnreg.studies.answers import cell_text, format_against, is_table
 from attnreg.studies.ledger import (
@@ -118,11 +119,13 @@ def ledger_rows(sections: list[StudySection]) -> list[dict[str, Any]]:
 
 def write_ledger(sections: list[StudySection], path: Path) -> Path:
     """``ledger.json``: one object per claim (source, quote, where, kind, paper_regime,
-    run_regime, measurement, values, threshold, threshold_origin, verdict, …) with the totals."""
+    run_regime, measurement, values, threshold, threshold_origin, verdict, …) with the totals;
+    strict JSON (a value that is not a finite number, e.g. a case whose run overflowed, is
+    ``null``)."""
     rows = ledger_rows(sections)
+    ledger = strict_json({"totals": totals(rows), "claims": rows})
     path.write_text(
-        json.dumps({"totals": totals(rows), "claims": rows}, indent=2, ensure_ascii=False),
-        encoding="utf-8",
+        json.dumps(ledger, indent=2, ensure_ascii=False, allow_nan=False), encoding="utf-8"
     )
     return path
 
