@@ -63,7 +63,14 @@ from sklearn.linear_model import Ridge as SkRidge
 import attnreg
 from attnreg.constructions import KernelRichardsonStack, NewtonStack, VonOswaldSummaryLayer
 from attnreg.core.whitening import ConditioningWarning, RankWarning
-from attnreg.estimators import LMS, LocalLinear, ZeroPredictor
+from attnreg.estimators import (
+    LMS,
+    LocalLinear,
+    MiniBatchLMS,
+    MomentumLMS,
+    MultiStepLMS,
+    ZeroPredictor,
+)
 from attnreg.memory import (
     HebbianMemory,
     MemoryRegressor,
@@ -343,6 +350,55 @@ def lms_loop(x: Arr, y: Arr, q: Arr, absolute: bool = False) -> Arr:
     return (np.abs(q) if absolute else q) @ w.T
 
 
+VARIANT_MU, VARIANT_BATCH, VARIANT_STEPS = 0.5, 4, 2
+
+
+def lms_variant_loop(kind: str) -> Callable[..., Arr]:
+    """The LMS variants as numpy loops, step ``LMS_BETA``: ``"momentum"`` (``M ← μ M + e xᵀ``,
+    ``W ← W − β M``), ``"minibatch"`` (one step per batch of ``VARIANT_BATCH`` pairs, the
+    gradient at the batch's start), ``"multistep"`` (``VARIANT_STEPS`` steps per pair); with
+    ``absolute``: the same recursions on absolute values, their running-error magnitude."""
+
+    def loop(x: Arr, y: Arr, q: Arr, absolute: bool = False) -> Arr:
+        w = np.zeros((y.shape[1], x.shape[1]))
+        m = np.zeros_like(w)
+
+        def error(w: Arr, xi: Arr, yi: Arr) -> Arr:  # W x − y, or its magnitude |y| + W|x|
+            if absolute:
+                return np.outer(np.abs(yi) + w @ np.abs(xi), np.abs(xi))
+            return np.outer(w @ xi - yi, xi)
+
+        sign = 1.0 if absolute else -1.0
+        if kind == "minibatch":
+            for start in range(0, len(x), VARIANT_BATCH):
+                pairs = zip(
+                    x[start : start + VARIANT_BATCH], y[start : start + VARIANT_BATCH], strict=True
+                )
+                w = w + sign * LMS_BETA * sum(error(w, xi, yi) for xi, yi in pairs)
+        else:
+            for xi, yi in zip(x, y, strict=True):
+                if kind == "momentum":
+                    m = VARIANT_MU * m + error(w, xi, yi)
+                    w = w + sign * LMS_BETA * m
+                else:
+                    for _ in range(VARIANT_STEPS):
+                        w = w + sign * LMS_BETA * error(w, xi, yi)
+        return (np.abs(q) if absolute else q) @ w.T
+
+    return loop
+
+
+def variant_entry(name: str, kind: str, make: Callable[[int], Any]) -> Entry:
+    loop = lms_variant_loop(kind)
+    return Entry(
+        name,
+        make,
+        "other",
+        lambda p, x, y, q: float(per_task(lambda a, b, c: loop(a, b, c, True), x, y, q).max()),
+        np_ref(loop),
+    )
+
+
 def local_linear_loop(x: Arr, y: Arr, q: Arr, magnitude: bool = False) -> Arr:
     """Per query: softmax weights, weighted means, centred moments and the intercept of the
     local-linear ridge fit; with ``magnitude``: ``(1 + β max|score|) (|ȳ| + κ(S) ‖S⁻¹‖ ‖Σʸˣ‖
@@ -430,6 +486,9 @@ REGISTRY = [
         lambda p, x, y, q: float(per_task(lambda a, b, c: lms_loop(a, b, c, True), x, y, q).max()),
         np_ref(lms_loop),
     ),
+    variant_entry("MomentumLMS", "momentum", lambda dy: MomentumLMS(LMS_BETA, VARIANT_MU)),
+    variant_entry("MiniBatchLMS", "minibatch", lambda dy: MiniBatchLMS(LMS_BETA, VARIANT_BATCH)),
+    variant_entry("MultiStepLMS", "multistep", lambda dy: MultiStepLMS(LMS_BETA, VARIANT_STEPS)),
     Entry(
         "LocalLinear",
         lambda dy: LocalLinear(LOCAL_BETA, LOCAL_LAM),

@@ -35,6 +35,8 @@ def read_after_context(
 
     def run(xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor) -> torch.Tensor:
         m = xq.shape[1]
+        if m == 0:  # no query: an empty answer (no sequence to run)
+            return yc.new_zeros(yc.shape[0], 0, yc.shape[-1])
         keys = xc.unsqueeze(1).expand(-1, m, -1, -1)
         values = yc.unsqueeze(1).expand(-1, m, -1, -1)
         queries = torch.zeros_like(keys)
