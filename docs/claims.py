@@ -40,7 +40,8 @@ display(HTML(ledger_page(rows)))
 # * **◑ partial n of m** — n of the m cases meet it (the row names the others first);
 #   **✘ does not hold** — no case meets it;
 # * **◷ no verdict: reduced scale** — a claim about trained models, measured below the
-#   paper's regime (the row says what scale it would need);
+#   paper's regime (the row says what scale it would need); where a run meets the regime in
+#   some cases only, those are judged and the others are marked "(below the regime)";
 # * **? open question** — the source asks; the row gives the measured answer, no verdict;
 #   **– not testable** — nothing here measures it (the row says why).
 #
