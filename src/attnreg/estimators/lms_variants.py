@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -22,6 +23,33 @@ from attnreg.core.validation import ArrayLike, check_positive, check_positive_in
 from attnreg.sequence import delta_product, momentum_delta_rule, ttt_linear
 
 Layer = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+Step = float | torch.Tensor
+"""A step or a momentum: a number, or a 0-d tensor (the ``layers`` study learns them)."""
+
+
+def momentum_layer(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: Step, momentum: Step
+) -> torch.Tensor:
+    """Heavy-ball LMS as a sequence layer: the momentum delta rule on its own keys
+    (``p = k``, ``η = 1``), step ``beta``, momentum ``momentum``."""
+    return momentum_delta_rule(q, k, v, k, beta, 1.0, momentum=momentum)
+
+
+def mini_batch_layer(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, eta: Step, batch_size: int
+) -> torch.Tensor:
+    """Mini-batch LMS as a sequence layer: TTT-Linear without its LayerNorm, rate ``eta``."""
+    return ttt_linear(q, k, v, eta, batch_size=batch_size)
+
+
+def multi_step_layer(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: Step, steps: int
+) -> torch.Tensor:
+    """Multi-step LMS as a sequence layer: DeltaProduct on ``steps`` copies of each token's
+    pair, step ``beta``."""
+    keys = k.unsqueeze(3).expand(*k.shape[:3], steps, k.shape[-1])
+    values = v.unsqueeze(3).expand(*v.shape[:3], steps, v.shape[-1])
+    return delta_product(q, keys, values, beta)
 
 
 def read_after_context(
@@ -65,10 +93,7 @@ class MomentumLMS:
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """``W_N x*`` (module docstring)."""
-
-        def layer(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return momentum_delta_rule(q, k, v, k, self.beta, 1.0, momentum=self.momentum)
-
+        layer = partial(momentum_layer, beta=self.beta, momentum=self.momentum)
         return read_after_context(layer, x_ctx, y_ctx, x_query)
 
 
@@ -90,10 +115,7 @@ class MiniBatchLMS:
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """``W_N x*`` (module docstring)."""
-
-        def layer(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return ttt_linear(q, k, v, self.eta, batch_size=self.batch_size)
-
+        layer = partial(mini_batch_layer, eta=self.eta, batch_size=self.batch_size)
         return read_after_context(layer, x_ctx, y_ctx, x_query)
 
 
@@ -114,11 +136,5 @@ class MultiStepLMS:
 
     def predict(self, x_ctx: ArrayLike, y_ctx: ArrayLike, x_query: ArrayLike) -> torch.Tensor:
         """``W_N x*`` (module docstring)."""
-
-        def layer(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            repeat = (*k.shape[:3], self.steps, k.shape[-1])
-            keys = k.unsqueeze(3).expand(repeat)
-            values = v.unsqueeze(3).expand(*v.shape[:3], self.steps, v.shape[-1])
-            return delta_product(q, keys, values, self.beta)
-
+        layer = partial(multi_step_layer, beta=self.beta, steps=self.steps)
         return read_after_context(layer, x_ctx, y_ctx, x_query)

@@ -27,16 +27,14 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from attnreg.estimators.lms_variants import mini_batch_layer, momentum_layer, multi_step_layer
 from attnreg.sequence import (
-    delta_product,
     delta_rule,
     linear_attention,
     local_linear_attention,
     longhorn,
     mesa,
-    momentum_delta_rule,
     softmax_attention,
-    ttt_linear,
 )
 
 REGISTERED_AS = {
@@ -70,8 +68,14 @@ def registered_layers() -> dict[str, str]:
     return out
 
 
-SCALAR = {"delta": 0.5, "longhorn": 1.0, "mesa": 0.1, "momentum": 0.25, "minibatch": 0.25}
-SCALAR["multistep"] = 0.25  # the initial values of the learned scalars (β, λ or η)
+SCALAR = {  # the initial values of the learned scalars (β, λ or η)
+    "delta": 0.5,
+    "longhorn": 1.0,
+    "mesa": 0.1,
+    "momentum": 0.25,
+    "minibatch": 0.25,
+    "multistep": 0.25,
+}
 MOMENTUM = 0.5  # the momentum layer's initial μ (the sigmoid of a free parameter)
 MINIBATCH = 4  # the mini-batch layer's batch size
 STEPS = 2  # the multi-step layer's steps per pair
@@ -125,14 +129,14 @@ class InContextLayer(nn.Module):
         if self.kind == "local_linear":
             return local_linear_attention(q, k, v, lam=LOCAL_LINEAR_LAM)
         if self.kind == "momentum":
-            assert self.raw_mu is not None
-            mu = torch.sigmoid(self.raw_mu).to(q.dtype)
-            return momentum_delta_rule(q, k, v, k, s, 1.0, momentum=mu)
+            assert s is not None and self.raw_mu is not None
+            return momentum_layer(q, k, v, s, torch.sigmoid(self.raw_mu).to(q.dtype))
         if self.kind == "minibatch":
-            return ttt_linear(q, k, v, s, batch_size=MINIBATCH)
+            assert s is not None
+            return mini_batch_layer(q, k, v, s, MINIBATCH)
         if self.kind == "multistep":
-            keys = k.unsqueeze(3).expand(*k.shape[:3], STEPS, k.shape[-1])
-            return delta_product(q, keys, v.unsqueeze(3).expand(*v.shape[:3], STEPS, -1), s)
+            assert s is not None
+            return multi_step_layer(q, k, v, s, STEPS)
         return self._registered(q, k, v)
 
     def _registered(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
